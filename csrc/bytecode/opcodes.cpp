@@ -1,0 +1,63 @@
+// Opcode name strings and the per-version raw-byte tables, all expanded from the .def lists.
+#include "bytecode/opcodes.h"
+
+#include <Python.h>
+
+namespace framejit {
+
+const char* op_name(Op op) {
+  switch (op) {
+#define FJ_OPNAME(name) \
+  case Op::name:        \
+    return #name;
+#include "bytecode/opnames.def"
+#undef FJ_OPNAME
+    case Op::kUnknown:
+      break;
+  }
+  return "<unknown>";
+}
+
+namespace {
+
+OpTable make_table_311() {
+  OpTable table{};
+#define FJ_OP(name, number, caches, jump) \
+  table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
+#include "bytecode/opcodes_311.def"
+#undef FJ_OP
+#undef FJ_HAVE_ARGUMENT
+  return table;
+}
+
+OpTable make_table_312() {
+  OpTable table{};
+#define FJ_OP(name, number, caches, jump) \
+  table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
+#include "bytecode/opcodes_312.def"
+#undef FJ_OP
+#undef FJ_HAVE_ARGUMENT
+  return table;
+}
+
+}  // namespace
+
+const OpTable& op_table_311() {
+  static const OpTable table = make_table_311();
+  return table;
+}
+
+const OpTable& op_table_312() {
+  static const OpTable table = make_table_312();
+  return table;
+}
+
+const OpTable& native_op_table() {
+#if PY_VERSION_HEX >= 0x030C0000
+  return op_table_312();
+#else
+  return op_table_311();
+#endif
+}
+
+}  // namespace framejit

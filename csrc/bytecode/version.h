@@ -1,0 +1,24 @@
+// Every bytecode difference between supported Python versions that the tracer must know.
+// The tracer calls these instead of testing PY_VERSION_HEX itself.
+#pragma once
+
+#include <Python.h>
+
+namespace framejit::pyver {
+
+#if PY_VERSION_HEX >= 0x030C0000
+constexpr bool kIs312 = true;
+#else
+constexpr bool kIs312 = false;
+#endif
+
+// COMPARE_OP: 3.12 keeps the comparison in the high bits.
+inline int compare_op(int arg) { return kIs312 ? (arg >> 4) : arg; }
+// LOAD_GLOBAL: the name index, and whether a NULL is pushed before the value.
+inline int load_global_name(int arg) { return arg >> 1; }
+inline bool load_global_pushes_null(int arg) { return (arg & 1) != 0; }
+// LOAD_ATTR: 3.12 folds LOAD_METHOD into LOAD_ATTR with the low bit set.
+inline int load_attr_name(int arg) { return kIs312 ? (arg >> 1) : arg; }
+inline bool load_attr_is_method(int arg) { return kIs312 && (arg & 1) != 0; }
+
+}  // namespace framejit::pyver

@@ -1,0 +1,42 @@
+// Python helpers shared by every C++ file.
+#include "common/py.h"
+
+namespace framejit {
+
+std::string safe_repr(PyObject* obj) {
+  if (obj == nullptr) return "<NULL>";
+  PyObject* text = PyObject_Repr(obj);  // New
+  if (text == nullptr) {
+    PyErr_Clear();
+    return std::string("<") + Py_TYPE(obj)->tp_name + " object>";
+  }
+  Py_ssize_t size = 0;
+  const char* data = PyUnicode_AsUTF8AndSize(text, &size);  // borrowed from `text`
+  std::string out = data ? std::string(data, size) : std::string("<repr failed>");
+  if (!data) PyErr_Clear();
+  Py_DECREF(text);
+  return out;
+}
+
+std::string fetch_and_clear_error() {
+  if (!PyErr_Occurred()) return {};
+  PyObject *type, *value, *traceback;  // all New after PyErr_Fetch
+  PyErr_Fetch(&type, &value, &traceback);
+  PyErr_NormalizeException(&type, &value, &traceback);
+  std::string out = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "Error";
+  if (value) {
+    PyObject* text = PyObject_Str(value);  // New
+    if (text) {
+      const char* data = PyUnicode_AsUTF8(text);
+      if (data) out += std::string(": ") + data;
+      Py_DECREF(text);
+    }
+    PyErr_Clear();
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(traceback);
+  return out;
+}
+
+}  // namespace framejit

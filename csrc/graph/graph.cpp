@@ -1,0 +1,237 @@
+// Graph IR construction, dead getitem removal and the verifier.
+#include "graph/graph.h"
+
+#include <algorithm>
+#include <cctype>
+#include <unordered_set>
+
+#include "common/check.h"
+
+namespace framejit {
+
+std::string TensorMeta::to_string() const {
+  std::string out = dtype + "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(sizes[i]);
+  }
+  out += "]";
+  if (!device.empty() && device != "cpu") out += " " + device;
+  return out;
+}
+
+const char* node_kind_name(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kPlaceholder: return "placeholder";
+    case NodeKind::kCallFunction: return "call_function";
+    case NodeKind::kCallMethod: return "call_method";
+    case NodeKind::kOutput: return "output";
+  }
+  return "?";
+}
+
+Arg Arg::of(Node* node) {
+  Arg arg;
+  arg.kind = Kind::kNode;
+  arg.node = node;
+  return arg;
+}
+
+Arg Arg::constant(py::object value) {
+  Arg arg;
+  arg.kind = Kind::kConst;
+  arg.value = std::move(value);
+  return arg;
+}
+
+Arg Arg::tuple(std::vector<Arg> items) {
+  Arg arg;
+  arg.kind = Kind::kTuple;
+  arg.items = std::move(items);
+  return arg;
+}
+
+Arg Arg::list(std::vector<Arg> items) {
+  Arg arg;
+  arg.kind = Kind::kList;
+  arg.items = std::move(items);
+  return arg;
+}
+
+Arg Arg::dict(std::vector<std::string> keys, std::vector<Arg> values) {
+  Arg arg;
+  arg.kind = Kind::kDict;
+  arg.keys = std::move(keys);
+  arg.items = std::move(values);
+  return arg;
+}
+
+std::string Node::meta_text() const {
+  if (!tuple_result) return metas.empty() ? std::string() : metas[0].to_string();
+  std::string out = "(";
+  for (size_t i = 0; i < metas.size(); ++i) {
+    if (i) out += ", ";
+    out += metas[i].to_string();
+  }
+  return out + ")";
+}
+
+std::string sanitize_name(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_') ? c : '_';
+  }
+  // Collapse runs of '_' produced by punctuation, keep a leading/trailing one as FX does.
+  std::string collapsed;
+  for (char c : out) {
+    if (c == '_' && !collapsed.empty() && collapsed.back() == '_') continue;
+    collapsed += c;
+  }
+  if (collapsed.empty() || std::isdigit(static_cast<unsigned char>(collapsed[0]))) {
+    collapsed = "_" + collapsed;
+  }
+  return collapsed;
+}
+
+std::string Graph::unique_name(const std::string& hint) {
+  static const std::unordered_set<std::string> kReserved = {
+      "self", "torch", "operator", "None", "True", "False", "def", "return", "class",
+      "lambda", "in", "is", "not", "and", "or", "if", "else", "for", "while", "import"};
+  std::string base = sanitize_name(hint);
+  if (kReserved.count(base)) base += "_1";
+  std::string name = base;
+  for (int i = 1; std::find(used_names_.begin(), used_names_.end(), name) != used_names_.end();
+       ++i) {
+    name = base + "_" + std::to_string(i);
+  }
+  used_names_.push_back(name);
+  return name;
+}
+
+Node* Graph::append(std::unique_ptr<Node> node) {
+  Node* raw = node.get();
+  auto link = [raw](Node* input) { input->users.push_back(raw); };
+  for (const Arg& arg : raw->args) arg.for_each_node(link);
+  for (const auto& kw : raw->kwargs) kw.second.for_each_node(link);
+  nodes_.push_back(std::move(node));
+  return raw;
+}
+
+Node* Graph::add_placeholder(const std::string& name_hint, py::object fake, TensorMeta meta) {
+  auto node = std::make_unique<Node>();
+  node->kind = NodeKind::kPlaceholder;
+  node->name = unique_name(name_hint);
+  node->fake = std::move(fake);
+  node->metas.push_back(std::move(meta));
+  // Placeholders go before every call so the printed signature lists them in input order.
+  auto it = std::find_if(nodes_.begin(), nodes_.end(),
+                         [](const auto& n) { return n->kind != NodeKind::kPlaceholder; });
+  Node* raw = node.get();
+  nodes_.insert(it, std::move(node));
+  return raw;
+}
+
+Node* Graph::add_call(NodeKind kind, py::object target, std::string target_text,
+                      std::string infix, std::vector<Arg> args, Kwargs kwargs, py::object fake,
+                      std::vector<TensorMeta> metas, bool tuple_result, int line,
+                      const std::string& name_hint) {
+  FJ_CHECK(kind == NodeKind::kCallFunction || kind == NodeKind::kCallMethod,
+           "add_call with kind {}", node_kind_name(kind));
+  FJ_CHECK(output() == nullptr, "node added after the output");
+  auto node = std::make_unique<Node>();
+  node->kind = kind;
+  node->name = unique_name(name_hint);
+  node->target = std::move(target);
+  node->target_text = std::move(target_text);
+  node->infix = std::move(infix);
+  node->args = std::move(args);
+  node->kwargs = std::move(kwargs);
+  node->fake = std::move(fake);
+  node->metas = std::move(metas);
+  node->tuple_result = tuple_result;
+  node->line = line;
+  return append(std::move(node));
+}
+
+Node* Graph::set_output(std::vector<Arg> outputs) {
+  FJ_CHECK(output() == nullptr, "graph already has an output");
+  auto node = std::make_unique<Node>();
+  node->kind = NodeKind::kOutput;
+  node->name = "output";
+  node->args.push_back(Arg::tuple(std::move(outputs)));
+  return append(std::move(node));
+}
+
+void Graph::remove_unused_getitems() {
+  bool changed = true;
+  while (changed) {
+    changed = false;
+    for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
+      Node* node = it->get();
+      if (node->infix != "[]" || !node->users.empty()) continue;
+      for (const Arg& arg : node->args) {
+        arg.for_each_node([node](Node* input) {
+          auto& users = input->users;
+          users.erase(std::find(users.begin(), users.end(), node));
+        });
+      }
+      nodes_.erase(it);
+      changed = true;
+      break;
+    }
+  }
+}
+
+std::vector<Node*> Graph::placeholders() const {
+  std::vector<Node*> out;
+  for (const auto& node : nodes_) {
+    if (node->kind == NodeKind::kPlaceholder) out.push_back(node.get());
+  }
+  return out;
+}
+
+Node* Graph::output() const {
+  if (nodes_.empty() || nodes_.back()->kind != NodeKind::kOutput) return nullptr;
+  return nodes_.back().get();
+}
+
+int Graph::num_calls() const {
+  int count = 0;
+  for (const auto& node : nodes_) {
+    count += node->kind == NodeKind::kCallFunction || node->kind == NodeKind::kCallMethod;
+  }
+  return count;
+}
+
+void Graph::lint() const {
+  std::unordered_set<const Node*> seen;
+  std::unordered_set<std::string> names;
+  bool past_placeholders = false;
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node* node = nodes_[i].get();
+    FJ_CHECK(names.insert(node->name).second, "duplicate node name {}", node->name);
+    if (node->kind == NodeKind::kPlaceholder) {
+      FJ_CHECK(!past_placeholders, "placeholder {} after a call", node->name);
+    } else {
+      past_placeholders = true;
+    }
+    FJ_CHECK(node->kind != NodeKind::kOutput || i + 1 == nodes_.size(),
+             "output node is not last");
+    auto check_input = [&](Node* input) {
+      FJ_CHECK(seen.count(input), "{} uses {} before it is defined", node->name, input->name);
+      FJ_CHECK(std::count(input->users.begin(), input->users.end(), node) >= 1,
+               "{} missing from the users of {}", node->name, input->name);
+    };
+    for (const Arg& arg : node->args) arg.for_each_node(check_input);
+    for (const auto& kw : node->kwargs) kw.second.for_each_node(check_input);
+    seen.insert(node);
+  }
+  for (const auto& node : nodes_) {
+    for (const Node* user : node->users) {
+      FJ_CHECK(seen.count(user), "{} lists a user that is not in the graph", node->name);
+    }
+  }
+  FJ_CHECK(output() != nullptr, "graph has no output node");
+}
+
+}  // namespace framejit

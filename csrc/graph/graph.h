@@ -1,0 +1,119 @@
+// The graph IR: a closed set of node kinds over a tree of arguments, with fake metadata per value.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/py.h"
+
+namespace framejit {
+
+// What the printer and the guards need to know of a tensor, without holding a tensor.
+struct TensorMeta {
+  std::string dtype;  // short form: f32, i64, b8, ...
+  std::vector<int64_t> sizes;
+  std::string device;  // "cpu", "cuda:0", ...
+
+  std::string to_string() const;  // f32[2, 3], plus " cuda:0" off the CPU
+};
+
+enum class NodeKind : uint8_t { kPlaceholder, kCallFunction, kCallMethod, kOutput };
+
+const char* node_kind_name(NodeKind kind);
+
+class Node;
+
+// A node argument: a node, a Python constant, or a tuple/list/dict of arguments.
+struct Arg {
+  enum class Kind : uint8_t { kNode, kConst, kTuple, kList, kDict };
+  Kind kind = Kind::kConst;
+  Node* node = nullptr;
+  py::object value;                // kConst
+  std::vector<Arg> items;          // kTuple, kList, kDict (values)
+  std::vector<std::string> keys;   // kDict
+
+  static Arg of(Node* node);
+  static Arg constant(py::object value);
+  static Arg tuple(std::vector<Arg> items);
+  static Arg list(std::vector<Arg> items);
+  static Arg dict(std::vector<std::string> keys, std::vector<Arg> values);
+
+  // Calls fn(Node*) for every node reference inside this argument.
+  template <typename Fn>
+  void for_each_node(Fn&& fn) const {
+    if (kind == Kind::kNode) {
+      fn(node);
+      return;
+    }
+    for (const Arg& item : items) item.for_each_node(fn);
+  }
+};
+
+using Kwargs = std::vector<std::pair<std::string, Arg>>;
+
+class Node {
+ public:
+  NodeKind kind;
+  std::string name;
+  py::object target;        // kCallFunction: the callable; kCallMethod: the method name (str)
+  std::string target_text;  // how it is printed: "torch.add", "operator.add", "mean"
+  std::string infix;        // for operator targets: "+", "-", "[]" (getitem), "neg"...; else empty
+  std::vector<Arg> args;
+  Kwargs kwargs;
+  py::object fake;                // meta tensor, or a tuple of them, or None
+  std::vector<TensorMeta> metas;  // one per tensor in `fake`
+  bool tuple_result = false;      // fake is a tuple (users read it through getitem nodes)
+  int line = -1;                  // the user's source line
+  std::vector<Node*> users;
+
+  std::string meta_text() const;  // "f32[2, 3]" or "(f32[2], f32[2])"
+};
+
+class Graph {
+ public:
+  Graph(std::string filename, std::string function_name, int first_line)
+      : filename_(std::move(filename)),
+        function_name_(std::move(function_name)),
+        first_line_(first_line) {}
+
+  Node* add_placeholder(const std::string& name_hint, py::object fake, TensorMeta meta);
+  Node* add_call(NodeKind kind, py::object target, std::string target_text, std::string infix,
+                 std::vector<Arg> args, Kwargs kwargs, py::object fake,
+                 std::vector<TensorMeta> metas, bool tuple_result, int line,
+                 const std::string& name_hint);
+  Node* set_output(std::vector<Arg> outputs);
+
+  // Drops getitem nodes nobody uses (the tracer makes one per element of a tuple result).
+  void remove_unused_getitems();
+
+  // Invariants: names unique, users consistent, args refer to earlier nodes, one output last.
+  // Raises InternalError naming the first violation.
+  void lint() const;
+
+  const std::vector<std::unique_ptr<Node>>& nodes() const { return nodes_; }
+  std::vector<Node*> placeholders() const;
+  Node* output() const;
+  int num_calls() const;  // call_function + call_method nodes
+
+  const std::string& filename() const { return filename_; }
+  const std::string& function_name() const { return function_name_; }
+  int first_line() const { return first_line_; }
+
+ private:
+  std::string unique_name(const std::string& hint);
+  Node* append(std::unique_ptr<Node> node);
+
+  std::string filename_;
+  std::string function_name_;
+  int first_line_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::vector<std::string> used_names_;
+};
+
+// Turns any text into a Python identifier in FX's style ("inputs['x']" -> "inputs_x_").
+std::string sanitize_name(const std::string& text);
+
+}  // namespace framejit

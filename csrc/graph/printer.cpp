@@ -1,0 +1,118 @@
+// The graph printer: runnable-looking Python with the user's file and line per node.
+#include "graph/printer.h"
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+
+namespace framejit {
+
+std::string print_arg(const Arg& arg) {
+  switch (arg.kind) {
+    case Arg::Kind::kNode:
+      return arg.node->name;
+    case Arg::Kind::kConst:
+      return safe_repr(arg.value);
+    case Arg::Kind::kTuple:
+    case Arg::Kind::kList: {
+      const bool tuple = arg.kind == Arg::Kind::kTuple;
+      std::string out = tuple ? "(" : "[";
+      for (size_t i = 0; i < arg.items.size(); ++i) {
+        if (i) out += ", ";
+        out += print_arg(arg.items[i]);
+      }
+      if (tuple && arg.items.size() == 1) out += ",";
+      return out + (tuple ? ")" : "]");
+    }
+    case Arg::Kind::kDict: {
+      std::string out = "{";
+      for (size_t i = 0; i < arg.items.size(); ++i) {
+        if (i) out += ", ";
+        out += fmt::format("'{}': {}", arg.keys[i], print_arg(arg.items[i]));
+      }
+      return out + "}";
+    }
+  }
+  return "?";
+}
+
+namespace {
+
+std::string print_call_args(const Node& node, size_t skip) {
+  std::string out;
+  for (size_t i = skip; i < node.args.size(); ++i) {
+    if (!out.empty()) out += ", ";
+    out += print_arg(node.args[i]);
+  }
+  for (const auto& [key, value] : node.kwargs) {
+    if (!out.empty()) out += ", ";
+    out += key + " = " + print_arg(value);
+  }
+  return out;
+}
+
+std::string print_expr(const Node& node) {
+  if (node.kind == NodeKind::kCallMethod) {
+    FJ_CHECK(!node.args.empty(), "call_method {} without self", node.name);
+    return fmt::format("{}.{}({})", print_arg(node.args[0]), node.target_text,
+                       print_call_args(node, 1));
+  }
+  const std::string& op = node.infix;
+  if (!op.empty() && node.kwargs.empty()) {
+    if (op == "[]" && node.args.size() == 2) {
+      return fmt::format("{}[{}]", print_arg(node.args[0]), print_arg(node.args[1]));
+    }
+    if (node.args.size() == 2) {
+      return fmt::format("{} {} {}", print_arg(node.args[0]), op, print_arg(node.args[1]));
+    }
+    if (node.args.size() == 1) return op + print_arg(node.args[0]);
+  }
+  return fmt::format("{}({})", node.target_text, print_call_args(node, 0));
+}
+
+}  // namespace
+
+std::string print_graph(const Graph& graph, const LineSource& line_source) {
+  std::string signature = "def forward(self";
+  for (const Node* ph : graph.placeholders()) {
+    signature += fmt::format(", {}: \"{}\"", ph->name, ph->meta_text());
+  }
+  std::string out = signature + "):\n";
+  int last_line = -1;
+  for (const auto& node : graph.nodes()) {
+    if (node->kind == NodeKind::kPlaceholder) continue;
+    if (node->kind == NodeKind::kOutput) {
+      out += fmt::format("    return {}\n", print_arg(node->args[0]));
+      continue;
+    }
+    if (node->line >= 0 && node->line != last_line) {
+      const std::string code = line_source ? line_source(node->line) : std::string();
+      out += fmt::format("    # File: {}:{} in {}, code: {}\n", graph.filename(), node->line,
+                         graph.function_name(), code);
+      last_line = node->line;
+    }
+    const std::string meta = node->meta_text();
+    if (meta.empty()) {
+      out += fmt::format("    {} = {}\n", node->name, print_expr(*node));
+    } else {
+      out += fmt::format("    {}: \"{}\" = {}\n", node->name, meta, print_expr(*node));
+    }
+  }
+  return out;
+}
+
+LineSource linecache_source(const std::string& filename) {
+  return [filename](int line) -> std::string {
+    try {
+      py::object text = py::module_::import("linecache").attr("getline")(filename, line);
+      std::string s = text.cast<std::string>();
+      const auto begin = s.find_first_not_of(" \t");
+      const auto end = s.find_last_not_of(" \t\r\n");
+      return begin == std::string::npos ? std::string() : s.substr(begin, end - begin + 1);
+    } catch (const py::error_already_set&) {
+      return {};
+    }
+  };
+}
+
+}  // namespace framejit

@@ -1,0 +1,160 @@
+// Guard construction at trace time, evaluation on every call, and readable descriptions.
+#include "guards/guards.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "common/check.h"
+
+namespace framejit {
+
+void GuardSet::add_type(int slot, PyObject* type) {
+  guards_.push_back({GuardKind::kType, slot, py::reinterpret_borrow<py::object>(type)});
+  sorted_ = false;
+}
+
+void GuardSet::add_id(int slot, PyObject* obj) {
+  guards_.push_back({GuardKind::kId, slot, py::reinterpret_borrow<py::object>(obj)});
+  sorted_ = false;
+}
+
+void GuardSet::add_const(int slot, PyObject* value) {
+  guards_.push_back({GuardKind::kConstEq, slot, py::reinterpret_borrow<py::object>(value)});
+  sorted_ = false;
+}
+
+void GuardSet::add_tensor(int slot, PyObject* tensor) {
+  tensor_specs_.push_back(tensor_spec_of(tensor));
+  Guard guard{GuardKind::kTensor, slot, py::none()};
+  guard.spec = static_cast<int>(tensor_specs_.size()) - 1;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
+void GuardSet::add_len(int slot, int64_t n) {
+  Guard guard{GuardKind::kLen, slot, py::none()};
+  guard.n = n;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
+void GuardSet::add_dict_contains(int slot, PyObject* key, bool present) {
+  Guard guard{GuardKind::kDictContains, slot, py::reinterpret_borrow<py::object>(key)};
+  guard.n = present ? 1 : 0;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
+void GuardSet::sort() const {
+  by_slot_ = guards_;
+  std::stable_sort(by_slot_.begin(), by_slot_.end(),
+                   [](const Guard& a, const Guard& b) { return a.slot < b.slot; });
+  sorted_ = true;
+}
+
+bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
+  PyObject* expected = guard.expected.ptr();
+  switch (guard.kind) {
+    case GuardKind::kType:
+      return reinterpret_cast<PyObject*>(Py_TYPE(value)) == expected;
+    case GuardKind::kId:
+      return value == expected;
+    case GuardKind::kConstEq: {
+      if (value == expected) return true;
+      if (Py_TYPE(value) != Py_TYPE(expected)) return false;
+      const int eq = PyObject_RichCompareBool(value, expected, Py_EQ);
+      if (eq < 0) PyErr_Clear();
+      return eq == 1;
+    }
+    case GuardKind::kTensor:
+      return tensor_matches(tensor_specs_[guard.spec], value);
+    case GuardKind::kLen:
+      return (PyTuple_CheckExact(value) || PyList_CheckExact(value)) &&
+             PySequence_Fast_GET_SIZE(value) == guard.n;
+    case GuardKind::kDictContains: {
+      if (!PyDict_CheckExact(value)) return false;
+      const int has = PyDict_Contains(value, expected);
+      if (has < 0) PyErr_Clear();
+      return has == guard.n;
+    }
+  }
+  return false;
+}
+
+bool GuardSet::check(const SourceTable& sources, const FrameState& frame,
+                     SlotValues& slots) const {
+  if (!(current_global_torch_state() == global_)) return false;
+  if (!sorted_) sort();
+  const int n = sources.size();
+  slots.reset(static_cast<size_t>(n));
+  size_t g = 0;
+  for (int slot = 0; slot < n; ++slot) {
+    PyObject* value = sources.read(slot, frame, slots.data());  // New or NULL
+    if (value == nullptr) return false;
+    slots.set(slot, value);
+    for (; g < by_slot_.size() && by_slot_[g].slot == slot; ++g) {
+      if (!check_one(by_slot_[g], value)) return false;
+    }
+  }
+  return true;
+}
+
+std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) const {
+  const std::string& src = sources.at(guard.slot).text;
+  switch (guard.kind) {
+    case GuardKind::kType:
+      return fmt::format("TYPE_MATCH {} is {}", src,
+                         reinterpret_cast<PyTypeObject*>(guard.expected.ptr())->tp_name);
+    case GuardKind::kId:
+      return fmt::format("ID_MATCH {} is {}", src, safe_repr(guard.expected));
+    case GuardKind::kConstEq:
+      return fmt::format("CONSTANT_MATCH {} == {}", src, safe_repr(guard.expected));
+    case GuardKind::kTensor:
+      return fmt::format("TENSOR_MATCH {} {}", src, tensor_spec_text(tensor_specs_[guard.spec]));
+    case GuardKind::kLen:
+      return fmt::format("LENGTH_CHECK len({}) == {}", src, guard.n);
+    case GuardKind::kDictContains:
+      return fmt::format("DICT_CONTAINS {} in {} is {}", safe_repr(guard.expected), src,
+                         guard.n ? "True" : "False");
+  }
+  return "?";
+}
+
+std::string GuardSet::first_failure(const SourceTable& sources, const FrameState& frame) const {
+  const GlobalTorchState now = current_global_torch_state();
+  if (now.grad_enabled != global_.grad_enabled) return "GLOBAL_STATE grad mode changed";
+  if (now.default_dtype != global_.default_dtype) return "GLOBAL_STATE default dtype changed";
+  if (!sorted_) sort();
+  SlotValues slots;
+  slots.reset(static_cast<size_t>(sources.size()));
+  size_t g = 0;
+  for (int slot = 0; slot < sources.size(); ++slot) {
+    PyObject* value = sources.read(slot, frame, slots.data());
+    if (value == nullptr) return fmt::format("{} could not be read", sources.at(slot).text);
+    slots.set(slot, value);
+    for (; g < by_slot_.size() && by_slot_[g].slot == slot; ++g) {
+      const Guard& guard = by_slot_[g];
+      if (check_one(guard, value)) continue;
+      std::string text = describe(guard, sources);
+      if (guard.kind == GuardKind::kTensor) {
+        text += ": " + tensor_mismatch(tensor_specs_[guard.spec], value);
+      } else {
+        text += fmt::format(" (got {})", safe_repr(value));
+      }
+      return text;
+    }
+  }
+  return {};
+}
+
+std::string GuardSet::to_string(const SourceTable& sources) const {
+  if (!sorted_) sort();
+  std::string out = fmt::format("GLOBAL_STATE grad_enabled={} default_dtype={}\n",
+                                global_.grad_enabled ? "True" : "False",
+                                static_cast<int>(global_.default_dtype));
+  for (const Guard& guard : by_slot_) out += describe(guard, sources) + "\n";
+  return out;
+}
+
+}  // namespace framejit

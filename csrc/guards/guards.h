@@ -1,0 +1,66 @@
+// A region's guards: a flat program over its sources, checked before every run of the region.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "guards/source.h"
+#include "guards/tensor_check.h"
+
+namespace framejit {
+
+enum class GuardKind : uint8_t {
+  kType,          // type(value) is expected
+  kId,            // value is expected
+  kConstEq,       // type(value) is type(expected) and value == expected
+  kTensor,        // one fused metadata check (TensorSpec)
+  kLen,           // len(value) == n, value of an exactly known type (tuple, list)
+  kDictContains,  // (key in value) == flag, value a dict
+};
+
+struct Guard {
+  GuardKind kind;
+  int slot;
+  py::object expected;  // kType: the type; kId/kConstEq: the object; kDictContains: the key
+  int64_t n = 0;        // kLen: length; kDictContains: 1 if the key must be present
+  int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
+};
+
+class GuardSet {
+ public:
+  GuardSet() = default;
+
+  void add_type(int slot, PyObject* type);
+  void add_id(int slot, PyObject* obj);
+  void add_const(int slot, PyObject* value);
+  void add_tensor(int slot, PyObject* tensor);
+  void add_len(int slot, int64_t n);
+  void add_dict_contains(int slot, PyObject* key, bool present);
+
+  // Reads every source into `slots` and checks each guard right after its source is read, so a
+  // type guard on a container runs before anything is read out of it. Hot path: raw CPython
+  // API and TensorSpec only, no pybind11, no allocation past SlotValues' inline capacity.
+  bool check(const SourceTable& sources, const FrameState& frame, SlotValues& slots) const;
+
+  // The first failing guard as readable text, or "" if all pass (for the recompiles log).
+  std::string first_failure(const SourceTable& sources, const FrameState& frame) const;
+
+  // One guard per line ("TENSOR_MATCH L['x'] Tensor float cpu sizes=[2]...").
+  std::string to_string(const SourceTable& sources) const;
+
+  size_t size() const { return guards_.size() + 1; }  // + the global torch state
+
+ private:
+  bool check_one(const Guard& guard, PyObject* value) const;
+  std::string describe(const Guard& guard, const SourceTable& sources) const;
+
+  std::vector<Guard> guards_;  // in source order once sorted
+  std::vector<TensorSpec> tensor_specs_;
+  GlobalTorchState global_ = current_global_torch_state();
+  mutable bool sorted_ = false;
+  void sort() const;
+  mutable std::vector<Guard> by_slot_;
+};
+
+}  // namespace framejit

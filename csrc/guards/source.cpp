@@ -1,0 +1,125 @@
+// Source construction (trace time) and reading (every call).
+#include "guards/source.h"
+
+#include "common/check.h"
+
+namespace framejit {
+
+void SlotValues::reset(size_t n) {
+  clear();
+  if (n > kInline) {
+    heap_.assign(n, nullptr);
+    data_ = heap_.data();
+  } else {
+    data_ = inline_;
+  }
+  size_ = n;
+}
+
+void SlotValues::clear() {
+  for (size_t i = 0; i < size_; ++i) {
+    Py_CLEAR(data_[i]);
+  }
+  size_ = 0;
+}
+
+int SourceTable::intern(Source source) {
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    if (sources_[i].text == source.text) return static_cast<int>(i);
+  }
+  sources_.push_back(std::move(source));
+  return static_cast<int>(sources_.size()) - 1;
+}
+
+Source SourceTable::local(int index, const std::string& name) {
+  Source s;
+  s.kind = SourceKind::kLocal;
+  s.index = index;
+  s.text = "L['" + name + "']";
+  s.name_hint = name;
+  return s;
+}
+
+Source SourceTable::global(const std::string& name) {
+  Source s;
+  s.kind = SourceKind::kGlobal;
+  s.key = py::str(name);
+  s.text = "G['" + name + "']";
+  s.name_hint = name;
+  return s;
+}
+
+Source SourceTable::attr(int base, const std::string& name) const {
+  Source s;
+  s.kind = SourceKind::kAttr;
+  s.base = base;
+  s.key = py::str(name);
+  s.text = sources_[base].text + "." + name;
+  s.name_hint = sources_[base].name_hint + "_" + name;
+  return s;
+}
+
+Source SourceTable::item(int base, py::object key) const {
+  Source s;
+  s.kind = SourceKind::kItem;
+  s.base = base;
+  const std::string key_text = safe_repr(key);
+  s.text = sources_[base].text + "[" + key_text + "]";
+  s.key = std::move(key);
+  const std::string plain_key =
+      PyUnicode_Check(s.key.ptr()) ? s.key.cast<std::string>() : key_text;  // x, not 'x'
+  s.name_hint = sources_[base].name_hint + "_" + plain_key;
+  return s;
+}
+
+PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* slots) const {
+  const Source& s = sources_[slot];
+  switch (s.kind) {
+    case SourceKind::kLocal: {
+      PyObject* value = frame.localsplus[s.index];  // borrowed from the frame
+      Py_XINCREF(value);
+      return value;
+    }
+    case SourceKind::kGlobal: {
+      PyObject* value = PyDict_GetItemWithError(frame.globals, s.key.ptr());  // borrowed
+      if (value == nullptr && !PyErr_Occurred()) {
+        value = PyDict_GetItemWithError(frame.builtins, s.key.ptr());  // borrowed
+      }
+      if (value == nullptr) PyErr_Clear();
+      Py_XINCREF(value);
+      return value;
+    }
+    case SourceKind::kAttr: {
+      PyObject* base = slots[s.base];
+      if (base == nullptr) return nullptr;
+      PyObject* value = PyObject_GetAttr(base, s.key.ptr());  // New
+      if (value == nullptr) PyErr_Clear();
+      return value;
+    }
+    case SourceKind::kItem: {
+      PyObject* base = slots[s.base];
+      if (base == nullptr) return nullptr;
+      if (PyDict_CheckExact(base)) {
+        PyObject* value = PyDict_GetItemWithError(base, s.key.ptr());  // borrowed
+        if (value == nullptr) PyErr_Clear();
+        Py_XINCREF(value);
+        return value;
+      }
+      if ((PyTuple_CheckExact(base) || PyList_CheckExact(base)) && PyLong_CheckExact(s.key.ptr())) {
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(base);
+        Py_ssize_t i = PyLong_AsSsize_t(s.key.ptr());
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) return nullptr;
+        PyObject* value = PySequence_Fast_GET_ITEM(base, i);  // borrowed
+        Py_INCREF(value);
+        return value;
+      }
+      PyObject* value = PyObject_GetItem(base, s.key.ptr());  // New
+      if (value == nullptr) PyErr_Clear();
+      return value;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace framejit

@@ -1,0 +1,79 @@
+// Sources: how to find a value of the entry state again on every call (L['x'], L['d']['k'], ...).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/py.h"
+
+namespace framejit {
+
+enum class SourceKind : uint8_t {
+  kLocal,   // frame local (fast local) `index`
+  kGlobal,  // name `key` in the frame's globals, else its builtins
+  kAttr,    // getattr(slot `base`, `key`)
+  kItem,    // slot `base`[`key`]
+};
+
+struct Source {
+  SourceKind kind = SourceKind::kLocal;
+  int base = -1;
+  int index = 0;
+  py::object key;
+  std::string text;       // L['inputs']['x'], G['torch'], L['self'].weight
+  std::string name_hint;  // inputs_x: used for placeholder names
+};
+
+// The borrowed pieces of a live frame that sources read from.
+struct FrameState {
+  PyObject** localsplus = nullptr;
+  PyObject* globals = nullptr;
+  PyObject* builtins = nullptr;
+};
+
+// Values of sources for one call: slot i holds a new reference to source i's value (or NULL).
+class SlotValues {
+ public:
+  SlotValues() = default;
+  SlotValues(const SlotValues&) = delete;
+  SlotValues& operator=(const SlotValues&) = delete;
+  ~SlotValues() { clear(); }
+
+  void reset(size_t n);
+  void clear();
+  PyObject* operator[](size_t i) const { return data_[i]; }
+  // Stolen: value.
+  void set(size_t i, PyObject* value) { data_[i] = value; }
+  size_t size() const { return size_; }
+  PyObject* const* data() const { return data_; }
+
+ private:
+  static constexpr size_t kInline = 32;
+  PyObject* inline_[kInline] = {};
+  std::vector<PyObject*> heap_;
+  PyObject** data_ = inline_;
+  size_t size_ = 0;
+};
+
+class SourceTable {
+ public:
+  // Returns the slot of an equal source, adding it if new.
+  int intern(Source source);
+  const Source& at(int slot) const { return sources_[slot]; }
+  int size() const { return static_cast<int>(sources_.size()); }
+
+  // Reads source `slot` from the frame and the slots before it. Returns a new reference, or NULL
+  // with no exception set if the value is missing (unbound local, missing key or attribute).
+  // Hot path: raw CPython API, no pybind11.
+  PyObject* read(int slot, const FrameState& frame, PyObject* const* slots) const;
+
+  static Source local(int index, const std::string& name);
+  static Source global(const std::string& name);
+  Source attr(int base, const std::string& name) const;
+  Source item(int base, py::object key) const;
+
+ private:
+  std::vector<Source> sources_;
+};
+
+}  // namespace framejit

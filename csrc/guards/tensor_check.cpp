@@ -1,0 +1,108 @@
+// The only translation unit that includes libtorch: tensor guards read at::Tensor fields directly,
+// without Python attribute access (this is on every call's hot path).
+#include "guards/tensor_check.h"
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/DefaultDtype.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <sstream>
+
+namespace framejit {
+
+bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
+
+TensorSpec tensor_spec_of(PyObject* obj) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  TensorSpec spec;
+  spec.type = Py_TYPE(obj);
+  spec.dtype = static_cast<int8_t>(t.scalar_type());
+  spec.device_type = static_cast<int8_t>(t.device().type());
+  spec.device_index = t.device().index();
+  spec.requires_grad = t.requires_grad();
+  spec.dispatch_keys = t.key_set().raw_repr();
+  spec.sizes.assign(t.sizes().begin(), t.sizes().end());
+  spec.strides.assign(t.strides().begin(), t.strides().end());
+  return spec;
+}
+
+bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
+  if (Py_TYPE(obj) != spec.type) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  const size_t ndim = static_cast<size_t>(t.dim());
+  if (ndim != spec.sizes.size()) return false;
+  if (static_cast<int8_t>(t.scalar_type()) != spec.dtype) return false;
+  const c10::Device device = t.device();
+  if (static_cast<int8_t>(device.type()) != spec.device_type ||
+      device.index() != spec.device_index) {
+    return false;
+  }
+  if (t.requires_grad() != spec.requires_grad) return false;
+  if (t.key_set().raw_repr() != spec.dispatch_keys) return false;
+  const auto sizes = t.sizes();
+  const auto strides = t.strides();
+  for (size_t i = 0; i < ndim; ++i) {
+    if (sizes[i] != spec.sizes[i] || strides[i] != spec.strides[i]) return false;
+  }
+  return true;
+}
+
+namespace {
+
+std::string join(const std::vector<int64_t>& values) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
+  out << "]";
+  return out.str();
+}
+
+}  // namespace
+
+std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
+  if (!is_tensor(obj)) return std::string("expected a tensor, got ") + Py_TYPE(obj)->tp_name;
+  if (Py_TYPE(obj) != spec.type) {
+    return std::string("type changed: expected ") + spec.type->tp_name + ", got " +
+           Py_TYPE(obj)->tp_name;
+  }
+  const TensorSpec now = tensor_spec_of(obj);
+  std::ostringstream out;
+  if (now.sizes.size() != spec.sizes.size()) {
+    out << "rank changed: expected " << spec.sizes.size() << ", got " << now.sizes.size();
+  } else if (now.dtype != spec.dtype) {
+    out << "dtype changed: expected " << c10::toString(static_cast<c10::ScalarType>(spec.dtype))
+        << ", got " << c10::toString(static_cast<c10::ScalarType>(now.dtype));
+  } else if (now.device_type != spec.device_type || now.device_index != spec.device_index) {
+    out << "device changed";
+  } else if (now.requires_grad != spec.requires_grad) {
+    out << "requires_grad changed: expected " << spec.requires_grad;
+  } else if (now.dispatch_keys != spec.dispatch_keys) {
+    out << "dispatch keys changed";
+  } else if (now.sizes != spec.sizes) {
+    out << "sizes changed: expected " << join(spec.sizes) << ", got " << join(now.sizes);
+  } else if (now.strides != spec.strides) {
+    out << "strides changed: expected " << join(spec.strides) << ", got " << join(now.strides);
+  } else {
+    out << "matches";
+  }
+  return out.str();
+}
+
+std::string tensor_spec_text(const TensorSpec& spec) {
+  std::ostringstream out;
+  out << spec.type->tp_name << " " << c10::toString(static_cast<c10::ScalarType>(spec.dtype))
+      << " " << c10::Device(static_cast<c10::DeviceType>(spec.device_type), spec.device_index)
+      << " sizes=" << join(spec.sizes) << " strides=" << join(spec.strides)
+      << " requires_grad=" << (spec.requires_grad ? "True" : "False");
+  return out.str();
+}
+
+GlobalTorchState current_global_torch_state() {
+  GlobalTorchState state;
+  state.grad_enabled = c10::GradMode::is_enabled();
+  state.default_dtype = static_cast<int8_t>(c10::get_default_dtype_as_scalartype());
+  return state;
+}
+
+}  // namespace framejit

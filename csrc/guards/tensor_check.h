@@ -1,0 +1,51 @@
+// Tensor metadata checks that read at::Tensor directly. The implementation is the one file that
+// includes libtorch headers; this header is plain C++ so the rest of framejit compiles fast.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace framejit {
+
+// Everything a traced region assumed about one input tensor.
+struct TensorSpec {
+  PyTypeObject* type = nullptr;  // exact Python type (Tensor, Parameter, a subclass)
+  int8_t dtype = 0;              // c10::ScalarType
+  int8_t device_type = 0;        // c10::DeviceType
+  int16_t device_index = -1;
+  bool requires_grad = false;
+  uint64_t dispatch_keys = 0;    // DispatchKeySet raw representation
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+};
+
+// Whether obj is a torch.Tensor (or subclass). Borrowed: obj.
+bool is_tensor(PyObject* obj);
+
+// Reads the spec of a tensor. Borrowed: obj, which must satisfy is_tensor.
+TensorSpec tensor_spec_of(PyObject* obj);
+
+// The hot-path check: one pass over the fields, cheapest and likeliest-to-differ first.
+// Borrowed: obj (any object; non-tensors fail).
+bool tensor_matches(const TensorSpec& spec, PyObject* obj);
+
+// Why obj does not match, for the recompiles log ("size mismatch at dim 0: expected 3, got 4").
+std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj);
+
+// Readable form for the guards log: "Tensor f32 cpu sizes=[2, 3] strides=[3, 1]".
+std::string tensor_spec_text(const TensorSpec& spec);
+
+// Global torch state a trace depends on: grad mode and the default dtype.
+struct GlobalTorchState {
+  bool grad_enabled = true;
+  int8_t default_dtype = 0;
+};
+GlobalTorchState current_global_torch_state();
+inline bool operator==(const GlobalTorchState& a, const GlobalTorchState& b) {
+  return a.grad_enabled == b.grad_enabled && a.default_dtype == b.default_dtype;
+}
+
+}  // namespace framejit

@@ -1,0 +1,101 @@
+// framejit._C: the one pybind11 binding file. Everything here is glue to Python; logic lives in
+// runtime/, trace/, graph/, guards/ and bytecode/.
+#include "common/py.h"
+
+#include <pybind11/stl.h>
+
+#include "bytecode/decode.h"
+#include "log/log.h"
+#include "runtime/code_state.h"
+#include "runtime/compiled_function.h"
+#include "runtime/eval_frame.h"
+#include "runtime/frame_runtime.h"
+#include "trace/pyrefs.h"
+
+namespace framejit {
+namespace {
+
+PyCodeObject* code_of(py::handle obj) {
+  py::object target = py::reinterpret_borrow<py::object>(obj);
+  if (py::hasattr(target, "_framejit_fn")) target = target.attr("_framejit_fn");
+  if (PyMethod_Check(target.ptr())) target = target.attr("__func__");
+  if (py::hasattr(target, "__code__")) target = target.attr("__code__");
+  if (!PyCode_Check(target.ptr())) throw py::type_error("expected a function or code object");
+  return reinterpret_cast<PyCodeObject*>(target.ptr());
+}
+
+py::dict code_stats(py::handle obj) {
+  py::dict out;
+  py::list regions;
+  CodeState* state = find_code_state(code_of(obj));
+  if (state != nullptr) {
+    for (const auto& region : state->regions) {
+      py::dict r;
+      r["kind"] = region->kind == RegionKind::kCompiled ? "compiled" : "fallback";
+      r["entry_pc"] = region->entry_pc;
+      r["graph_id"] = region->graph_id;
+      r["graph_ops"] = region->graph_ops;
+      r["graph"] = region->graph_text;
+      r["guards"] = region->guards.to_string(region->sources);
+      r["reason"] = region->reason;
+      r["hits"] = region->hits;
+      r["result"] = region->result.to_string();
+      regions.append(r);
+    }
+    out["skipped"] = state->decision == CodeState::Decision::kSkip;
+  }
+  out["regions"] = regions;
+  return out;
+}
+
+}  // namespace
+}  // namespace framejit
+
+PYBIND11_MODULE(_C, m) {
+  using namespace framejit;
+  m.doc() = "framejit's C++ core: the frame hook, tracer, graph IR and guards.";
+
+  py::object compiled_type = py::reinterpret_steal<py::object>(make_compiled_function_type());
+  if (!compiled_type) throw py::error_already_set();
+  m.attr("CompiledFunction") = compiled_type;
+
+  m.def("_init", [](py::object support) { PyRefs::init(std::move(support)); },
+        "Connects the C++ core to framejit._support (called once by framejit/__init__.py).");
+
+  m.def(
+      "make_compiled",
+      [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
+                      int recompile_limit) {
+        auto ctx = std::make_shared<CompileContext>();
+        ctx->backend = std::move(backend);
+        ctx->backend_name = std::move(backend_name);
+        ctx->fullgraph = fullgraph;
+        ctx->recompile_limit = recompile_limit;
+        PyObject* out = new_compiled_function(compiled_type.ptr(), fn.ptr(), std::move(ctx));
+        if (out == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(out);
+      },
+      py::arg("fn"), py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
+      py::arg("recompile_limit"));
+
+  m.def(
+      "make_disabled",
+      [compiled_type](py::object fn) {
+        PyObject* out = new_compiled_function(compiled_type.ptr(), fn.ptr(), nullptr);
+        if (out == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(out);
+      },
+      py::arg("fn"));
+
+  m.def("reset", &reset_all_code_states, "Drops every region of every code object.");
+  m.def("set_skip_rules", &set_skip_rules, py::arg("skip"), py::arg("allow"));
+  m.def("set_log_mask", &set_log_mask, py::arg("mask"));
+  m.def("code_stats", &code_stats, py::arg("fn"),
+        "Regions of a function's code object: kind, graph, guards, hits.");
+  m.def("graphs_compiled", &graphs_compiled);
+  m.def("hook_installed", []() { return fj_hook_installed() != 0; });
+  m.def(
+      "decode_bytecode",
+      [](py::handle fn) { return Bytecode::from_code(code_of(fn))->to_string(); },
+      py::arg("fn"));
+}

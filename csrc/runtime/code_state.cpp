@@ -1,0 +1,99 @@
+// co_extra storage of CodeState, the registry used by reset(), and the skip rules.
+#include "runtime/code_state.h"
+
+#include <unordered_set>
+
+#include "common/check.h"
+
+namespace framejit {
+
+namespace {
+
+Py_ssize_t g_extra_index = -1;
+std::unordered_set<CodeState*>* g_registry = new std::unordered_set<CodeState*>();  // leaked on purpose
+std::vector<std::string> g_skip_prefixes;
+std::vector<std::string> g_allow_prefixes;
+
+// Called by CPython when a code object dies (its co_extra slot is freed). GIL held.
+void free_code_state(void* ptr) {
+  auto* state = static_cast<CodeState*>(ptr);
+  g_registry->erase(state);
+  delete state;
+}
+
+Py_ssize_t extra_index() {
+  if (g_extra_index < 0) {
+    g_extra_index = _PyEval_RequestCodeExtraIndex(free_code_state);
+    FJ_CHECK(g_extra_index >= 0, "no co_extra index available");
+  }
+  return g_extra_index;
+}
+
+bool starts_with(const std::string& text, const std::string& prefix) {
+  return text.compare(0, prefix.size(), prefix) == 0;
+}
+
+}  // namespace
+
+CodeState* find_code_state(PyCodeObject* code) {
+  void* extra = nullptr;
+  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), extra_index(), &extra) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return static_cast<CodeState*>(extra);
+}
+
+CodeState* code_state(PyCodeObject* code) {
+  CodeState* state = find_code_state(code);
+  if (state != nullptr) return state;
+  state = new CodeState();
+  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), extra_index(), state) < 0) {
+    PyErr_Clear();
+    delete state;
+    throw InternalError("_PyCode_SetExtra failed");
+  }
+  g_registry->insert(state);
+  return state;
+}
+
+void reset_all_code_states() {
+  for (CodeState* state : *g_registry) {
+    state->decision = CodeState::Decision::kUnknown;
+    state->regions.clear();
+    state->limit_warned = false;
+  }
+}
+
+void reset_skip_decisions() {
+  for (CodeState* state : *g_registry) state->decision = CodeState::Decision::kUnknown;
+}
+
+void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allow) {
+  g_skip_prefixes = std::move(skip);
+  g_allow_prefixes = std::move(allow);
+  reset_skip_decisions();
+}
+
+bool should_skip_code(PyCodeObject* code) {
+  constexpr int kNotTraced = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
+                             CO_ITERABLE_COROUTINE;
+  if (code->co_flags & kNotTraced) return true;
+  if (!(code->co_flags & CO_OPTIMIZED) || !(code->co_flags & CO_NEWLOCALS)) return true;
+  const char* name = PyUnicode_AsUTF8(code->co_filename);
+  if (name == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const std::string filename = name;
+  if (filename.empty() || starts_with(filename, "<frozen")) return true;  // importlib & co.
+  for (const auto& prefix : g_allow_prefixes) {
+    if (starts_with(filename, prefix)) return false;
+  }
+  for (const auto& prefix : g_skip_prefixes) {
+    if (starts_with(filename, prefix)) return true;
+  }
+  return false;
+}
+
+}  // namespace framejit

@@ -1,0 +1,39 @@
+// Per-thread hook state: which compile context is active, and whether framejit itself is running.
+#pragma once
+
+#include "runtime/code_state.h"
+
+namespace framejit {
+
+struct ThreadState {
+  CompileContext* ctx = nullptr;  // borrowed from the innermost running compiled function
+  std::shared_ptr<CompileContext> ctx_owner;
+  int paused = 0;  // > 0 while framejit's own code (tracing, backends, graphs) or disable() runs
+};
+
+ThreadState& thread_state();
+
+// Entered by a compiled function's call: turns the hook on for this thread (installing it on
+// the interpreter when the first thread enters) and makes `ctx` the active context.
+class ActiveScope {
+ public:
+  explicit ActiveScope(const std::shared_ptr<CompileContext>& ctx);
+  ~ActiveScope();
+  ActiveScope(const ActiveScope&) = delete;
+  ActiveScope& operator=(const ActiveScope&) = delete;
+
+ private:
+  std::shared_ptr<CompileContext> prev_;
+  int prev_paused_;
+};
+
+// Frames started inside this scope run in plain CPython (framejit internals, disable()).
+class PauseScope {
+ public:
+  PauseScope() { ++thread_state().paused; }
+  ~PauseScope() { --thread_state().paused; }
+  PauseScope(const PauseScope&) = delete;
+  PauseScope& operator=(const PauseScope&) = delete;
+};
+
+}  // namespace framejit

@@ -1,0 +1,224 @@
+// Attribute loads, subscripts and item stores on abstract values.
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+bool is_torch_module(PyObject* module) {
+  const char* name = PyModule_GetName(module);
+  if (name == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const std::string text = name;
+  return text == "torch" || text.rfind("torch.", 0) == 0 || text == "math" ||
+         text == "operator" || text == "builtins";
+}
+
+// Attributes of these are assumed not to change (framejit does not guard torch.add's identity).
+bool is_stable_namespace(PyObject* obj) {
+  if (PyModule_Check(obj)) return is_torch_module(obj);
+  if (PyType_Check(obj)) {
+    PyObject* module = PyObject_GetAttrString(obj, "__module__");  // New
+    if (module == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool stable = false;
+    if (PyUnicode_Check(module)) {
+      const std::string text = PyUnicode_AsUTF8(module);
+      stable = text == "torch" || text.rfind("torch.", 0) == 0 || text == "builtins";
+    }
+    Py_DECREF(module);
+    return stable;
+  }
+  return false;
+}
+
+// Whether `name` is plain instance state of obj (its __dict__, or an nn.Module's parameters,
+// buffers and submodules), so reading it runs no user code.
+bool is_instance_state(py::handle obj, const std::string& name) {
+  py::object dict = py::getattr(obj, "__dict__", py::none());
+  if (dict.is_none()) return false;
+  py::str key(name);
+  if (py::cast<py::dict>(dict).contains(key)) return true;
+  for (const char* store : {"_parameters", "_buffers", "_modules"}) {
+    py::dict d = py::cast<py::dict>(dict);
+    if (d.contains(store)) {
+      py::object inner = d[store];
+      if (PyDict_Check(inner.ptr()) && py::cast<py::dict>(inner).contains(key)) return true;
+    }
+  }
+  return false;
+}
+
+ValuePtr wrap_unsourced(py::object value) {
+  PyObject* obj = value.ptr();
+  const bool constant = obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+                        PyBool_Check(obj) || PyUnicode_CheckExact(obj) ||
+                        Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(PyRefs::get().dtype_type.ptr()) ||
+                        Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(PyRefs::get().device_type.ptr());
+  return constant ? Value::constant(std::move(value)) : Value::object(std::move(value));
+}
+
+}  // namespace
+
+ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
+  switch (base->kind) {
+    case VKind::kTensor:
+      return tensor_attr(base, name);
+    case VKind::kConst: {
+      py::object value;
+      try {
+        value = base->obj.attr(name.c_str());
+      } catch (const py::error_already_set&) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+      }
+      if (PyCallable_Check(value.ptr())) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "bound method {} of a constant", name);
+      }
+      return Value::constant(value);
+    }
+    case VKind::kTuple: {
+      // Named fields of namedtuples and structseqs (torch.return_types.max(...).values).
+      if (base->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) break;
+      py::list indices;
+      for (size_t i = 0; i < base->items.size(); ++i) indices.append(py::int_(i));
+      try {
+        py::object probe = PyObject_HasAttrString(base->pytype.ptr(), "_make")
+                               ? base->pytype.attr("_make")(indices)
+                               : base->pytype(py::tuple(indices));
+        py::object index = probe.attr(name.c_str());
+        if (PyLong_CheckExact(index.ptr())) return base->items[index.cast<size_t>()];
+      } catch (const py::error_already_set&) {
+      }
+      break;
+    }
+    case VKind::kObject: {
+      PyObject* obj = base->obj.ptr();
+      if (is_stable_namespace(obj)) {
+        py::object value;
+        try {
+          value = base->obj.attr(name.c_str());
+        } catch (const py::error_already_set&) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+        }
+        return wrap_unsourced(std::move(value));
+      }
+      if (base->source >= 0 && (PyModule_Check(obj) || is_instance_state(base->obj, name))) {
+        const int slot = sources_.intern(sources_.attr(base->source, name));
+        py::object real = read_source(slot);
+        if (!real) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+        }
+        return wrap_source(slot, real);
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {} is not traced yet", name,
+                 base->describe());
+}
+
+ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
+  if (base->kind == VKind::kTensor) return record_operator("getitem", "[]", {base, key});
+  if (!key->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} with {}", base->describe(),
+                   key->describe());
+  }
+  const py::object k = key->as_python();
+  switch (base->kind) {
+    case VKind::kTuple:
+    case VKind::kList: {
+      const Py_ssize_t n = static_cast<Py_ssize_t>(base->items.size());
+      if (PyLong_CheckExact(k.ptr())) {
+        Py_ssize_t i = k.cast<Py_ssize_t>();
+        if (i < 0) i += n;
+        if (i < 0 || i >= n) FJ_UNSUPPORTED(kUnsupportedValue, "index {} out of range", i);
+        return base->items[i];
+      }
+      if (PySlice_Check(k.ptr())) {
+        Py_ssize_t start, stop, step, length;
+        if (PySlice_GetIndicesEx(k.ptr(), n, &start, &stop, &step, &length) < 0) {
+          throw py::error_already_set();
+        }
+        std::vector<ValuePtr> items;
+        for (Py_ssize_t i = 0, at = start; i < length; ++i, at += step) {
+          items.push_back(base->items[at]);
+        }
+        if (base->kind == VKind::kList) return Value::list(std::move(items));
+        return Value::tuple(std::move(items));
+      }
+      break;
+    }
+    case VKind::kDict:
+      for (size_t i = 0; i < base->keys.size(); ++i) {
+        if (base->keys[i].equal(k)) return base->items[i];
+      }
+      FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing", safe_repr(k));
+    case VKind::kConst: {
+      try {
+        return Value::constant(base->obj[k]);
+      } catch (const py::error_already_set& e) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "subscript raised: {}", e.what());
+      }
+    }
+    case VKind::kObject:
+      if (base->source >= 0 && PyDict_CheckExact(base->obj.ptr())) {
+        if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",
+                         safe_repr(k));
+        }
+        const int slot = sources_.intern(sources_.item(base->source, k));
+        return wrap_source(slot, read_source(slot));
+      }
+      break;
+    default:
+      break;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} is not traced yet", base->describe());
+}
+
+void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
+  if (container->kind == VKind::kTensor) {
+    record_operator("setitem", "", {container, key, value});
+    return;
+  }
+  if (container->source >= 0) {
+    FJ_UNSUPPORTED(kSideEffect, "item assignment into {}, which existed before the call",
+                   container->describe());
+  }
+  if (!key->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "item assignment with key {}", key->describe());
+  }
+  const py::object k = key->as_python();
+  if (container->kind == VKind::kList && PyLong_CheckExact(k.ptr())) {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
+    Py_ssize_t i = k.cast<Py_ssize_t>();
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) FJ_UNSUPPORTED(kUnsupportedValue, "index {} out of range", i);
+    container->items[i] = value;
+    return;
+  }
+  if (container->kind == VKind::kDict) {
+    for (size_t i = 0; i < container->keys.size(); ++i) {
+      if (container->keys[i].equal(k)) {
+        container->items[i] = value;
+        return;
+      }
+    }
+    container->keys.push_back(k);
+    container->items.push_back(value);
+    return;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "item assignment into {}", container->describe());
+}
+
+}  // namespace framejit

@@ -1,0 +1,255 @@
+// Calls met while tracing: torch functions and Tensor methods become graph nodes; pure builtins
+// and methods of constants are evaluated at trace time; everything else is not traced (yet).
+#include <fmt/format.h>
+
+#include <functional>
+#include <unordered_map>
+
+#include "common/check.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+// The Python type a value has at run time (guarded at its source, or fixed by the trace).
+py::object type_of(const ValuePtr& value) {
+  auto borrow = [](PyTypeObject* type) {
+    return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type));
+  };
+  switch (value->kind) {
+    case VKind::kTensor:
+      return value->pytype ? value->pytype : PyRefs::get().tensor_type;
+    case VKind::kConst:
+    case VKind::kObject:
+      return borrow(Py_TYPE(value->obj.ptr()));
+    case VKind::kTuple:
+      return value->pytype;
+    case VKind::kList:
+      return borrow(&PyList_Type);
+    case VKind::kDict:
+      return borrow(&PyDict_Type);
+    case VKind::kNull:
+      break;
+  }
+  throw InternalError("type of NULL");
+}
+
+bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  std::function<bool(const ValuePtr&)> has = [&](const ValuePtr& v) {
+    if (v->kind == VKind::kTensor) return true;
+    for (const auto& item : v->items) {
+      if (has(item)) return true;
+    }
+    return false;
+  };
+  for (const auto& a : args) {
+    if (has(a)) return true;
+  }
+  for (const auto& kw : kwargs) {
+    if (has(kw.second)) return true;
+  }
+  return false;
+}
+
+bool all_constant(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  for (const auto& a : args) {
+    if (!a->is_constant_tree() && a->kind != VKind::kObject) return false;
+  }
+  for (const auto& kw : kwargs) {
+    if (!kw.second->is_constant_tree() && kw.second->kind != VKind::kObject) return false;
+  }
+  return true;
+}
+
+// The Python call of fn on the trace-time values of constant arguments.
+py::object call_python(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  py::list py_args;
+  for (const auto& a : args) py_args.append(a->as_python());
+  py::dict py_kwargs;
+  for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+  return fn(*py::tuple(py_args), **py_kwargs);
+}
+
+std::string callable_name(py::handle fn) {
+  py::object name = py::getattr(fn, "__qualname__", py::getattr(fn, "__name__", py::none()));
+  return name.is_none() ? safe_repr(fn) : py::str(name).cast<std::string>();
+}
+
+bool is_python_constant(py::handle value) {
+  PyObject* obj = value.ptr();
+  const PyRefs& refs = PyRefs::get();
+  if (obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || PyBool_Check(obj) ||
+      PyUnicode_CheckExact(obj) || PyBytes_CheckExact(obj) || PyComplex_CheckExact(obj) ||
+      PySlice_Check(obj) || Py_TYPE(obj) == &PyRange_Type || PyType_Check(obj)) {
+    return true;
+  }
+  if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr()) ||
+      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.device_type.ptr()) ||
+      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.size_type.ptr())) {
+    return true;
+  }
+  if (PyTuple_CheckExact(obj)) {
+    for (py::handle item : value) {
+      if (!is_python_constant(item)) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+ValuePtr constant_result(py::object result, const std::string& what) {
+  if (PyTuple_CheckExact(result.ptr()) || PyList_CheckExact(result.ptr())) {
+    std::vector<ValuePtr> items;
+    for (py::handle item : result) {
+      if (!is_python_constant(item)) break;
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    if (items.size() == py::len(result)) {
+      return PyList_CheckExact(result.ptr()) ? Value::list(std::move(items))
+                                             : Value::tuple(std::move(items));
+    }
+  }
+  if (!is_python_constant(result)) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {}, which is not traced yet", what,
+                   Py_TYPE(result.ptr())->tp_name);
+  }
+  return Value::constant(std::move(result));
+}
+
+// Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
+const std::string& tensor_method_kind(const std::string& name) {
+  static std::unordered_map<std::string, std::string> cache;
+  auto it = cache.find(name);
+  if (it == cache.end()) {
+    std::string kind = PyRefs::get().support.attr("tensor_method_kind")(name).cast<std::string>();
+    it = cache.emplace(name, std::move(kind)).first;
+  }
+  return it->second;
+}
+
+}  // namespace
+
+ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
+  PyRefs& refs = PyRefs::get();
+  // A method loaded by LOAD_METHOD: args[0] is self.
+  if (fn->kind == VKind::kObject && !fn->method.empty()) {
+    const std::string& name = fn->method;
+    const ValuePtr self = args.at(0);
+    if (self->kind == VKind::kTensor) {
+      const std::string& kind = tensor_method_kind(name);
+      if (kind == "op") {
+        return record_call(NodeKind::kCallMethod, py::none(), name, std::move(args),
+                           std::move(kwargs), "", name);
+      }
+      if (kind == "query") {
+        try {
+          py::list rest;
+          for (size_t i = 1; i < args.size(); ++i) rest.append(args[i]->as_python());
+          py::dict py_kwargs;
+          for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+          return constant_result(self->obj.attr(name.c_str())(*py::tuple(rest), **py_kwargs),
+                                 "Tensor." + name);
+        } catch (const py::error_already_set& e) {
+          FJ_UNSUPPORTED(kMetaFailure, "Tensor.{} failed on meta tensors: {}", name, e.what());
+        }
+      }
+      if (name == "get_device") {
+        py::object index = self->device.attr("index");
+        return Value::constant(index.is_none() ? py::int_(-1) : index);
+      }
+      FJ_UNSUPPORTED(kDataDependent, "Tensor.{}() needs the tensor's data", name);
+    }
+    if (self->kind == VKind::kConst && is_python_constant(self->obj) &&
+        all_constant({args.begin() + 1, args.end()}, kwargs)) {
+      py::object bound = self->obj.attr(name.c_str());
+      return constant_result(call_python(bound, {args.begin() + 1, args.end()}, kwargs),
+                             callable_name(bound));
+    }
+    if (self->kind == VKind::kList && self->source < 0 && kwargs.empty()) {
+      if (name == "append" && args.size() == 2) {
+        self->items.push_back(args[1]);
+        return Value::constant(py::none());
+      }
+      if (name == "extend" && args.size() == 2 && args[1]->is_sequence()) {
+        for (const auto& item : args[1]->items) self->items.push_back(item);
+        return Value::constant(py::none());
+      }
+    }
+    if (self->kind == VKind::kDict && name == "get" && kwargs.empty() &&
+        (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
+      const py::object key = args[1]->as_python();
+      for (size_t i = 0; i < self->keys.size(); ++i) {
+        if (self->keys[i].equal(key)) return self->items[i];
+      }
+      return args.size() == 3 ? args[2] : Value::constant(py::none());
+    }
+    if (self->kind == VKind::kObject && self->source >= 0 &&
+        PyDict_CheckExact(self->obj.ptr()) && name == "get" && kwargs.empty() &&
+        (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
+      const py::object key = args[1]->as_python();
+      const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
+      guards_.add_dict_contains(self->source, key.ptr(), present);
+      if (present) return item(self, args[1]);
+      return args.size() == 3 ? args[2] : Value::constant(py::none());
+    }
+    FJ_UNSUPPORTED(kUnsupportedCall, "method {}.{}() is not traced yet", self->describe(), name);
+  }
+
+  if (fn->kind != VKind::kObject && fn->kind != VKind::kConst) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "call of {}", fn->describe());
+  }
+  py::object callable = fn->obj;
+  const std::string& kind = refs.classify(callable);
+  if (kind == "torch") {
+    return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
+                       "", py::str(py::getattr(callable, "__name__", py::str("call"))));
+  }
+  if (kind == "query" || (kind == "builtin" && !any_tensor(args, kwargs))) {
+    if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{}() on values not known at trace time",
+                     callable_name(callable));
+    }
+    try {
+      if (kind == "query") {
+        py::list py_args;
+        for (const auto& a : args) py_args.append(a->is_tensor() ? a->obj : a->as_python());
+        py::dict py_kwargs;
+        for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+        return constant_result(callable(*py::tuple(py_args), **py_kwargs), callable_name(callable));
+      }
+      return constant_result(call_python(callable, args, kwargs), callable_name(callable));
+    } catch (const py::error_already_set& e) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
+                     e.what());
+    }
+  }
+  if (kind == "builtin") {
+    // A builtin applied to tensors: the few that are tensor ops, or answered from metadata.
+    const std::string name = callable_name(callable);
+    if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
+      py::object shape = args[0]->obj.attr("shape");
+      if (py::len(shape) == 0) FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
+      return Value::constant(shape[py::int_(0)]);
+    }
+    if (name == "isinstance" && args.size() == 2 && args[1]->is_constant_tree()) {
+      return Value::constant(
+          py::bool_(PyObject_IsSubclass(type_of(args[0]).ptr(), args[1]->as_python().ptr()) == 1));
+    }
+    if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
+    const std::string module = py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>();
+    if (name == "abs" || name == "pow" || module == "_operator") {
+      return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
+                         "", name);
+    }
+    FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);
+  }
+  if (fn->kind == VKind::kObject && PyType_Check(callable.ptr()) &&
+      callable.ptr() == refs.size_type.ptr() && all_constant(args, kwargs)) {
+    return constant_result(call_python(callable, args, kwargs), "torch.Size");
+  }
+  FJ_UNSUPPORTED(kUnsupportedCall, "call to {} is not traced yet", callable_name(callable));
+}
+
+}  // namespace framejit

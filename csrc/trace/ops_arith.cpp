@@ -1,0 +1,148 @@
+// Opcode handlers: binary, unary, comparison, identity and membership operators. On tensors they
+// record `operator.*` nodes; on constants they are folded at trace time.
+#include "bytecode/version.h"
+#include "common/check.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+struct OperatorInfo {
+  const char* fn;     // name in the operator module
+  const char* infix;  // printed form; empty for in-place forms, printed as calls
+};
+
+// BINARY_OP's argument, in CPython's NB_* order (the same in 3.11 and 3.12).
+constexpr OperatorInfo kBinaryOps[] = {
+    {"add", "+"},       {"and_", "&"},      {"floordiv", "//"}, {"lshift", "<<"},
+    {"matmul", "@"},    {"mul", "*"},       {"mod", "%"},       {"or_", "|"},
+    {"pow", "**"},      {"rshift", ">>"},   {"sub", "-"},       {"truediv", "/"},
+    {"xor", "^"},       {"iadd", "+="},     {"iand", "&="},     {"ifloordiv", "//="},
+    {"ilshift", "<<="}, {"imatmul", "@="},  {"imul", "*="},     {"imod", "%="},
+    {"ior", "|="},      {"ipow", "**="},    {"irshift", ">>="}, {"isub", "-="},
+    {"itruediv", "/="}, {"ixor", "^="},
+};
+
+constexpr OperatorInfo kCompareOps[] = {
+    {"lt", "<"}, {"le", "<="}, {"eq", "=="}, {"ne", "!="}, {"gt", ">"}, {"ge", ">="},
+};
+
+bool foldable(const ValuePtr& v) { return v->is_constant_tree(); }
+
+ValuePtr fold(const char* fn_name, const std::vector<ValuePtr>& args) {
+  py::object fn = PyRefs::get().operator_module.attr(fn_name);
+  py::list py_args;
+  for (const auto& a : args) py_args.append(a->as_python());
+  try {
+    py::object result = fn(*py::tuple(py_args));
+    return Value::constant(result);
+  } catch (const py::error_already_set& e) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} raised at trace time: {}", fn_name, e.what());
+  }
+}
+
+ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
+  bool tensor = false;
+  for (const auto& a : args) tensor = tensor || a->is_tensor();
+  if (tensor) {
+    // In-place operators print as calls (`operator.iadd(x, 1)`): `x += 1` is not an expression.
+    const std::string infix = op.infix;
+    const bool inplace = !infix.empty() && infix.back() == '=' && infix != "==" &&
+                         infix != "<=" && infix != ">=" && infix != "!=";
+    return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
+                         std::move(args), {}, inplace ? "" : op.infix, op.fn);
+  }
+  for (const auto& a : args) {
+    if (!foldable(a)) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {}", op.fn, a->describe());
+    }
+  }
+  return fold(op.fn, args);
+}
+
+void op_binary(Tracer& t, const Instr& i) {
+  FJ_CHECK(i.arg >= 0 && i.arg < static_cast<int>(std::size(kBinaryOps)), "BINARY_OP {}", i.arg);
+  ValuePtr rhs = t.pop();
+  ValuePtr lhs = t.pop();
+  t.push(apply(t, kBinaryOps[i.arg], {lhs, rhs}));
+}
+
+void op_compare(Tracer& t, const Instr& i) {
+  const int index = pyver::compare_op(i.arg);
+  FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
+  ValuePtr rhs = t.pop();
+  ValuePtr lhs = t.pop();
+  t.push(apply(t, kCompareOps[index], {lhs, rhs}));
+}
+
+void unary(Tracer& t, const char* fn, const char* infix) {
+  ValuePtr v = t.pop();
+  t.push(apply(t, OperatorInfo{fn, infix}, {v}));
+}
+
+void op_negative(Tracer& t, const Instr&) { unary(t, "neg", "-"); }
+void op_positive(Tracer& t, const Instr&) { unary(t, "pos", "+"); }
+void op_invert(Tracer& t, const Instr&) { unary(t, "invert", "~"); }
+
+void op_not(Tracer& t, const Instr&) {
+  ValuePtr v = t.pop();
+  t.push(Value::constant(py::bool_(!t.truthy(v))));
+}
+
+// `a is b`: decided at trace time when both sides are known or of different kinds.
+void op_is(Tracer& t, const Instr& i) {
+  ValuePtr rhs = t.pop();
+  ValuePtr lhs = t.pop();
+  bool same;
+  if (lhs == rhs) {
+    same = true;
+  } else if ((lhs->kind == VKind::kConst || lhs->kind == VKind::kObject) &&
+             (rhs->kind == VKind::kConst || rhs->kind == VKind::kObject)) {
+    same = lhs->obj.ptr() == rhs->obj.ptr();
+  } else if ((lhs->is_tensor() && rhs->is_const()) || (lhs->is_const() && rhs->is_tensor())) {
+    same = false;  // a tensor is never a constant such as None
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", lhs->describe(), rhs->describe());
+  }
+  t.push(Value::constant(py::bool_(i.arg ? !same : same)));
+}
+
+void op_contains(Tracer& t, const Instr& i) {
+  ValuePtr container = t.pop();
+  ValuePtr needle = t.pop();
+  if (!needle->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "'in' with {}", needle->describe());
+  }
+  const py::object key = needle->as_python();
+  bool found = false;
+  if (container->kind == VKind::kDict) {
+    for (const auto& k : container->keys) found = found || k.equal(key);
+  } else if (container->is_constant_tree()) {
+    found = PySequence_Contains(container->as_python().ptr(), key.ptr()) == 1;
+  } else if (container->kind == VKind::kObject && container->source >= 0 &&
+             PyDict_CheckExact(container->obj.ptr())) {
+    found = PyDict_Contains(container->obj.ptr(), key.ptr()) == 1;
+    t.guards().add_dict_contains(container->source, key.ptr(), found);
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "'in' on {}", container->describe());
+  }
+  t.push(Value::constant(py::bool_(i.arg ? !found : found)));
+}
+
+}  // namespace
+
+void register_arith_ops(HandlerTable& table) {
+  auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
+  set(Op::BINARY_OP, op_binary);
+  set(Op::COMPARE_OP, op_compare);
+  set(Op::UNARY_NEGATIVE, op_negative);
+  set(Op::UNARY_POSITIVE, op_positive);
+  set(Op::UNARY_INVERT, op_invert);
+  set(Op::UNARY_NOT, op_not);
+  set(Op::IS_OP, op_is);
+  set(Op::CONTAINS_OP, op_contains);
+}
+
+}  // namespace framejit

@@ -1,0 +1,88 @@
+// Opcode handlers: attribute loads, method loads, subscripts and stores.
+#include "bytecode/version.h"
+#include "common/check.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+// The [method, self] / [NULL, attribute] pair CALL expects, shared by 3.11's LOAD_METHOD and
+// 3.12's LOAD_ATTR with the method bit.
+void push_method(Tracer& t, const std::string& name) {
+  ValuePtr self = t.pop();
+  const bool bound_to_self = self->kind == VKind::kTensor || self->kind == VKind::kConst ||
+                             self->kind == VKind::kList || self->kind == VKind::kTuple ||
+                             self->kind == VKind::kDict ||
+                             (self->kind == VKind::kObject && PyDict_CheckExact(self->obj.ptr()));
+  if (bound_to_self) {
+    ValuePtr method = Value::object(py::none());
+    method->method = name;
+    t.push(method);
+    t.push(self);
+    return;
+  }
+  t.push(Value::null());
+  t.push(t.attr(self, name));
+}
+
+void op_load_attr(Tracer& t, const Instr& i) {
+  const std::string name = t.co_name(pyver::load_attr_name(i.arg));
+  if (pyver::load_attr_is_method(i.arg)) {
+    push_method(t, name);
+    return;
+  }
+  ValuePtr base = t.pop();
+  t.push(t.attr(base, name));
+}
+
+void op_load_method(Tracer& t, const Instr& i) { push_method(t, t.co_name(i.arg)); }
+
+void op_binary_subscr(Tracer& t, const Instr&) {
+  ValuePtr key = t.pop();
+  ValuePtr base = t.pop();
+  t.push(t.item(base, key));
+}
+
+void op_binary_slice(Tracer& t, const Instr&) {  // 3.12: container[start:stop]
+  ValuePtr stop = t.pop();
+  ValuePtr start = t.pop();
+  ValuePtr base = t.pop();
+  if (!start->is_const() || !stop->is_const()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "slice bounds not known at trace time");
+  }
+  py::object slice = py::reinterpret_steal<py::object>(
+      PySlice_New(start->obj.ptr(), stop->obj.ptr(), nullptr));
+  t.push(t.item(base, Value::constant(slice)));
+}
+
+void op_store_subscr(Tracer& t, const Instr&) {
+  ValuePtr key = t.pop();
+  ValuePtr container = t.pop();
+  ValuePtr value = t.pop();
+  t.store_item(container, key, value);
+}
+
+void op_store_attr(Tracer& t, const Instr& i) {
+  FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} is not traced yet", t.co_name(i.arg));
+}
+
+void op_store_global(Tracer& t, const Instr& i) {
+  FJ_UNSUPPORTED(kSideEffect, "assignment to global '{}' is not traced yet", t.co_name(i.arg));
+}
+
+}  // namespace
+
+void register_attr_ops(HandlerTable& table) {
+  auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
+  set(Op::LOAD_ATTR, op_load_attr);
+  set(Op::LOAD_METHOD, op_load_method);
+  set(Op::BINARY_SUBSCR, op_binary_subscr);
+  set(Op::BINARY_SLICE, op_binary_slice);
+  set(Op::STORE_SUBSCR, op_store_subscr);
+  set(Op::STORE_ATTR, op_store_attr);
+  set(Op::STORE_GLOBAL, op_store_global);
+}
+
+}  // namespace framejit

@@ -1,0 +1,161 @@
+// Opcode handlers: building and unpacking tuples, lists, dicts, slices and strings.
+#include "common/check.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+void op_build_tuple(Tracer& t, const Instr& i) {
+  t.push(Value::tuple(t.pop_n(static_cast<size_t>(i.arg))));
+}
+
+void op_build_list(Tracer& t, const Instr& i) {
+  t.push(Value::list(t.pop_n(static_cast<size_t>(i.arg))));
+}
+
+py::object constant_key(const ValuePtr& key) {
+  if (!key->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "dict key {} not known at trace time", key->describe());
+  }
+  return key->as_python();
+}
+
+void set_key(const ValuePtr& dict, py::object key, ValuePtr value) {
+  for (size_t k = 0; k < dict->keys.size(); ++k) {
+    if (dict->keys[k].equal(key)) {
+      dict->items[k] = std::move(value);
+      return;
+    }
+  }
+  dict->keys.push_back(std::move(key));
+  dict->items.push_back(std::move(value));
+}
+
+void op_build_map(Tracer& t, const Instr& i) {
+  std::vector<ValuePtr> flat = t.pop_n(2 * static_cast<size_t>(i.arg));
+  ValuePtr dict = Value::dict({}, {});
+  for (size_t k = 0; k < flat.size(); k += 2) set_key(dict, constant_key(flat[k]), flat[k + 1]);
+  t.push(dict);
+}
+
+void op_build_const_key_map(Tracer& t, const Instr& i) {
+  ValuePtr keys = t.pop();
+  std::vector<ValuePtr> values = t.pop_n(static_cast<size_t>(i.arg));
+  FJ_CHECK(keys->is_const() && PyTuple_Check(keys->obj.ptr()), "BUILD_CONST_KEY_MAP keys");
+  ValuePtr dict = Value::dict({}, {});
+  for (size_t k = 0; k < values.size(); ++k) {
+    set_key(dict, keys->obj[py::int_(k)], values[k]);
+  }
+  t.push(dict);
+}
+
+void op_build_slice(Tracer& t, const Instr& i) {
+  std::vector<ValuePtr> parts = t.pop_n(static_cast<size_t>(i.arg));
+  for (const auto& part : parts) {
+    if (!part->is_const()) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
+    }
+  }
+  py::object slice = py::reinterpret_steal<py::object>(PySlice_New(
+      parts[0]->obj.ptr(), parts[1]->obj.ptr(), parts.size() == 3 ? parts[2]->obj.ptr() : nullptr));
+  t.push(Value::constant(slice));
+}
+
+void op_list_extend(Tracer& t, const Instr& i) {
+  ValuePtr items = t.pop();
+  ValuePtr list = t.peek(static_cast<size_t>(i.arg) - 1);
+  if (items->is_sequence()) {
+    for (const auto& item : items->items) list->items.push_back(item);
+  } else if (items->is_const() && PyTuple_Check(items->obj.ptr())) {
+    for (py::handle item : items->obj) {
+      list->items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "list.extend with {}", items->describe());
+  }
+}
+
+void op_list_append(Tracer& t, const Instr& i) {
+  ValuePtr item = t.pop();
+  t.peek(static_cast<size_t>(i.arg) - 1)->items.push_back(item);
+}
+
+void op_list_to_tuple(Tracer& t, const Instr&) {
+  ValuePtr list = t.pop();
+  t.push(Value::tuple(list->items));
+}
+
+void op_dict_update(Tracer& t, const Instr& i) {
+  ValuePtr update = t.pop();
+  ValuePtr dict = t.peek(static_cast<size_t>(i.arg) - 1);
+  if (update->kind != VKind::kDict) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "dict update with {}", update->describe());
+  }
+  for (size_t k = 0; k < update->keys.size(); ++k) set_key(dict, update->keys[k], update->items[k]);
+}
+
+void op_unpack_sequence(Tracer& t, const Instr& i) {
+  ValuePtr seq = t.pop();
+  std::vector<ValuePtr> items;
+  if (seq->is_sequence()) {
+    items = seq->items;
+  } else if (seq->is_const() && PyTuple_Check(seq->obj.ptr())) {
+    for (py::handle item : seq->obj) {
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} is not traced yet", seq->describe());
+  }
+  if (static_cast<int>(items.size()) != i.arg) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into {}", items.size(), i.arg);
+  }
+  for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
+}
+
+void op_format_value(Tracer& t, const Instr& i) {
+  ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
+  ValuePtr value = t.pop();
+  if (!value->is_constant_tree() || (spec && !spec->is_const())) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "f-string of {}", value->describe());
+  }
+  py::object v = value->as_python();
+  const int conversion = i.arg & 0x03;
+  if (conversion == 1) v = py::str(v);
+  if (conversion == 2) v = py::repr(v);
+  if (conversion == 3) v = py::module_::import("builtins").attr("ascii")(v);
+  py::object formatted = py::module_::import("builtins").attr("format")(
+      v, spec ? spec->obj : py::str(""));
+  t.push(Value::constant(formatted));
+}
+
+void op_build_string(Tracer& t, const Instr& i) {
+  std::vector<ValuePtr> parts = t.pop_n(static_cast<size_t>(i.arg));
+  std::string out;
+  for (const auto& part : parts) {
+    FJ_CHECK(part->is_const(), "BUILD_STRING part {}", part->describe());
+    out += part->obj.cast<std::string>();
+  }
+  t.push(Value::constant(py::str(out)));
+}
+
+}  // namespace
+
+void register_build_ops(HandlerTable& table) {
+  auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
+  set(Op::BUILD_TUPLE, op_build_tuple);
+  set(Op::BUILD_LIST, op_build_list);
+  set(Op::BUILD_MAP, op_build_map);
+  set(Op::BUILD_CONST_KEY_MAP, op_build_const_key_map);
+  set(Op::BUILD_SLICE, op_build_slice);
+  set(Op::LIST_EXTEND, op_list_extend);
+  set(Op::LIST_APPEND, op_list_append);
+  set(Op::LIST_TO_TUPLE, op_list_to_tuple);
+  set(Op::DICT_UPDATE, op_dict_update);
+  set(Op::DICT_MERGE, op_dict_update);
+  set(Op::UNPACK_SEQUENCE, op_unpack_sequence);
+  set(Op::FORMAT_VALUE, op_format_value);
+  set(Op::BUILD_STRING, op_build_string);
+}
+
+}  // namespace framejit

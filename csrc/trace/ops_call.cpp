@@ -1,0 +1,75 @@
+// Opcode handlers: calls (3.11's PRECALL/CALL pair and 3.12's CALL), keyword names, f(*a, **k).
+#include "common/check.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+void op_precall(Tracer&, const Instr&) {}
+
+void op_kw_names(Tracer& t, const Instr& i) { t.kw_names() = t.co_const(i.arg); }
+
+ValuePtr call_with(Tracer& t, const ValuePtr& callable_or_null, const ValuePtr& callable_or_self,
+                   std::vector<ValuePtr> args, py::object kw_names) {
+  // Stack layout before CALL n: [NULL | method, callable | self, arg1 .. argn].
+  ValuePtr fn = callable_or_self;
+  if (callable_or_null->kind != VKind::kNull) {
+    fn = callable_or_null;
+    args.insert(args.begin(), callable_or_self);
+  }
+  KwValues kwargs;
+  if (kw_names && !kw_names.is_none()) {
+    const size_t n_kw = py::len(kw_names);
+    FJ_CHECK(n_kw <= args.size(), "more keyword names than arguments");
+    const size_t first = args.size() - n_kw;
+    for (size_t k = 0; k < n_kw; ++k) {
+      kwargs.emplace_back(py::str(kw_names[py::int_(k)]).cast<std::string>(), args[first + k]);
+    }
+    args.resize(first);
+  }
+  return t.call(fn, std::move(args), std::move(kwargs));
+}
+
+void op_call(Tracer& t, const Instr& i) {
+  py::object kw_names = std::move(t.kw_names());
+  t.kw_names() = py::object();
+  std::vector<ValuePtr> args = t.pop_n(static_cast<size_t>(i.arg));
+  ValuePtr callable_or_self = t.pop();
+  ValuePtr callable_or_null = t.pop();
+  t.push(call_with(t, callable_or_null, callable_or_self, std::move(args), kw_names));
+}
+
+// f(*args, **kwargs): [NULL, callable, args tuple, (kwargs dict if arg & 1)].
+void op_call_function_ex(Tracer& t, const Instr& i) {
+  ValuePtr kwargs_value = (i.arg & 1) ? t.pop() : nullptr;
+  ValuePtr args_value = t.pop();
+  ValuePtr fn = t.pop();
+  ValuePtr null = t.pop();
+  if (!args_value->is_sequence() || (kwargs_value && kwargs_value->kind != VKind::kDict)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "f(*args, **kwargs) with {}", args_value->describe());
+  }
+  KwValues kwargs;
+  if (kwargs_value) {
+    for (size_t k = 0; k < kwargs_value->keys.size(); ++k) {
+      kwargs.emplace_back(py::str(kwargs_value->keys[k]).cast<std::string>(),
+                          kwargs_value->items[k]);
+    }
+  }
+  if (null->kind != VKind::kNull) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "f(*args) on a method");
+  }
+  t.push(t.call(fn, args_value->items, std::move(kwargs)));
+}
+
+}  // namespace
+
+void register_call_ops(HandlerTable& table) {
+  auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
+  set(Op::PRECALL, op_precall);
+  set(Op::KW_NAMES, op_kw_names);
+  set(Op::CALL, op_call);
+  set(Op::CALL_FUNCTION_EX, op_call_function_ex);
+}
+
+}  // namespace framejit

@@ -1,0 +1,56 @@
+// One-time lookups of torch and framejit Python objects, and small per-object caches.
+#include "trace/pyrefs.h"
+
+#include "common/check.h"
+
+namespace framejit {
+
+namespace {
+PyRefs* g_refs = nullptr;
+
+const std::string& cached(std::unordered_map<PyObject*, std::pair<py::object, std::string>>& cache,
+                          py::handle key, const char* helper, py::object& support) {
+  auto it = cache.find(key.ptr());
+  if (it != cache.end()) return it->second.second;
+  std::string text = support.attr(helper)(key).cast<std::string>();
+  // Keep a reference so the pointer key cannot be reused by another object.
+  auto& slot = cache[key.ptr()];
+  slot = {py::reinterpret_borrow<py::object>(key), std::move(text)};
+  return slot.second;
+}
+}  // namespace
+
+PyRefs& PyRefs::get() {
+  FJ_CHECK(g_refs != nullptr, "framejit._C used before _init");
+  return *g_refs;
+}
+
+void PyRefs::init(py::object support_module) {
+  if (g_refs == nullptr) g_refs = new PyRefs();  // never freed: see header
+  PyRefs& r = *g_refs;
+  r.torch = py::module_::import("torch");
+  r.tensor_type = r.torch.attr("Tensor");
+  r.size_type = r.torch.attr("Size");
+  r.device_type = r.torch.attr("device");
+  r.dtype_type = r.torch.attr("dtype");
+  r.meta_device = r.device_type("meta");
+  r.cpu_device = r.device_type("cpu");
+  r.operator_module = py::module_::import("operator");
+  r.support = std::move(support_module);
+  r.unsupported_error = r.support.attr("Unsupported");
+  r.warning_category = r.support.attr("FramejitWarning");
+}
+
+const std::string& PyRefs::classify(py::handle fn) {
+  return cached(classify_cache_, fn, "classify_callable", support);
+}
+
+const std::string& PyRefs::target_text(py::handle fn) {
+  return cached(target_cache_, fn, "target_text", support);
+}
+
+const std::string& PyRefs::short_dtype(py::handle dtype) {
+  return cached(dtype_cache_, dtype, "short_dtype", support);
+}
+
+}  // namespace framejit

@@ -1,0 +1,41 @@
+// Python objects the tracer and runtime use over and over, looked up once at import.
+#pragma once
+
+#include <string>
+#include <unordered_map>
+
+#include "common/py.h"
+
+namespace framejit {
+
+struct PyRefs {
+  py::object torch;
+  py::object tensor_type;      // torch.Tensor
+  py::object size_type;        // torch.Size
+  py::object device_type;      // torch.device
+  py::object dtype_type;       // torch.dtype
+  py::object meta_device;      // torch.device("meta")
+  py::object cpu_device;       // torch.device("cpu")
+  py::object operator_module;  // operator
+  py::object support;          // framejit._support: the Python half of tracing decisions
+  py::object unsupported_error;  // framejit.Unsupported
+  py::object warning_category;   // framejit.FramejitWarning
+
+  // Initialised by module init; intentionally never destroyed (interpreter teardown order).
+  static PyRefs& get();
+  static void init(py::object support_module);
+
+  // Cached per object: framejit._support.classify_callable(fn) -> "torch", "query", "builtin", "".
+  const std::string& classify(py::handle fn);
+  // Cached per object: the printed name of a call target ("torch.add", "torch.nn.functional.relu").
+  const std::string& target_text(py::handle fn);
+  // Cached per dtype object: "f32", "i64", ...
+  const std::string& short_dtype(py::handle dtype);
+
+ private:
+  std::unordered_map<PyObject*, std::pair<py::object, std::string>> classify_cache_;
+  std::unordered_map<PyObject*, std::pair<py::object, std::string>> target_cache_;
+  std::unordered_map<PyObject*, std::pair<py::object, std::string>> dtype_cache_;
+};
+
+}  // namespace framejit

@@ -1,0 +1,314 @@
+// Recording torch calls: arguments turned into meta values, the call run on meta tensors for the
+// output metadata, the real device inferred beside it, and one graph node per call.
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "guards/tensor_check.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+// The first line of the pending Python error's message, for Unsupported reasons.
+std::string error_summary(const py::error_already_set& error) {
+  std::string text = error.what();
+  const auto newline = text.find('\n');
+  if (newline != std::string::npos) text = text.substr(0, newline);
+  if (text.size() > 200) text = text.substr(0, 200) + "...";
+  return text;
+}
+
+py::object meta_value(const ValuePtr& value) {
+  switch (value->kind) {
+    case VKind::kTensor:
+    case VKind::kConst:
+    case VKind::kObject:
+      return value->obj;
+    case VKind::kTuple:
+    case VKind::kList:
+    case VKind::kDict: {
+      if (value->kind == VKind::kDict) {
+        py::dict out;
+        for (size_t i = 0; i < value->items.size(); ++i) {
+          out[value->keys[i]] = meta_value(value->items[i]);
+        }
+        return std::move(out);
+      }
+      py::list items;
+      for (const auto& item : value->items) items.append(meta_value(item));
+      if (value->kind == VKind::kList) return std::move(items);
+      if (value->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+        return py::tuple(items);
+      }
+      return value->pytype(py::tuple(items));
+    }
+    case VKind::kNull:
+      break;
+  }
+  throw InternalError("NULL passed to a call");
+}
+
+Arg arg_of(const ValuePtr& value) {
+  switch (value->kind) {
+    case VKind::kTensor:
+      return Arg::of(value->node);
+    case VKind::kConst:
+    case VKind::kObject:
+      return Arg::constant(value->obj);
+    case VKind::kTuple:
+    case VKind::kList: {
+      std::vector<Arg> items;
+      for (const auto& item : value->items) items.push_back(arg_of(item));
+      if (value->kind == VKind::kTuple &&
+          value->pytype.ptr() != reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+        if (value->is_constant_tree()) return Arg::constant(value->as_python());
+        FJ_UNSUPPORTED(kUnsupportedValue, "a {} holding tensors passed to a torch call",
+                       safe_repr(value->pytype));
+      }
+      return value->kind == VKind::kTuple ? Arg::tuple(std::move(items))
+                                          : Arg::list(std::move(items));
+    }
+    case VKind::kDict: {
+      std::vector<std::string> keys;
+      std::vector<Arg> items;
+      for (size_t i = 0; i < value->items.size(); ++i) {
+        if (!PyUnicode_Check(value->keys[i].ptr())) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "dict with non-string keys passed to a torch call");
+        }
+        keys.push_back(value->keys[i].cast<std::string>());
+        items.push_back(arg_of(value->items[i]));
+      }
+      return Arg::dict(std::move(keys), std::move(items));
+    }
+    case VKind::kNull:
+      break;
+  }
+  throw InternalError("NULL passed to a call");
+}
+
+void collect_tensor_devices(const ValuePtr& value, std::vector<py::object>& out) {
+  if (value->kind == VKind::kTensor) {
+    out.push_back(value->device);
+    return;
+  }
+  for (const auto& item : value->items) collect_tensor_devices(item, out);
+}
+
+bool has_tensor(const ValuePtr& value) {
+  if (value->kind == VKind::kTensor) return true;
+  for (const auto& item : value->items) {
+    if (has_tensor(item)) return true;
+  }
+  return false;
+}
+
+// torch.device(...) of a device-like constant (str, int, torch.device), or an empty object.
+py::object as_device(const ValuePtr& value) {
+  PyRefs& refs = PyRefs::get();
+  if (value->kind != VKind::kConst || value->obj.is_none()) return py::object();
+  PyObject* obj = value->obj.ptr();
+  if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.device_type.ptr())) return value->obj;
+  if (PyUnicode_Check(obj) || PyLong_CheckExact(obj)) {
+    try {
+      return refs.device_type(value->obj);
+    } catch (const py::error_already_set&) {
+      return py::object();
+    }
+  }
+  return py::object();
+}
+
+bool is_device_type(const std::string& device, const char* type) {
+  return device.rfind(type, 0) == 0;
+}
+
+// Calls that mutate their first argument and return None (tensor[...] = value).
+bool returns_none_inplace(const std::string& target_text) {
+  return target_text == "operator.setitem";
+}
+
+bool is_inplace_operator(const std::string& target_text) {
+  static const char* kInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul",
+                                   "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor"};
+  for (const char* name : kInplace) {
+    if (target_text == std::string("operator.") + name) return true;
+  }
+  return false;
+}
+
+bool all_tensors(py::handle sequence) {
+  for (py::handle item : sequence) {
+    if (!is_tensor(item.ptr())) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& method,
+                             std::vector<ValuePtr> args, KwValues kwargs,
+                             const std::string& infix, const std::string& name_hint) {
+  PyRefs& refs = PyRefs::get();
+  const bool is_method = kind == NodeKind::kCallMethod;
+  const std::string target_text = is_method ? method : refs.target_text(fn);
+
+  // Device arguments become "meta" for the meta call; the real device is tracked beside it.
+  py::object explicit_device;
+  py::list meta_args;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (is_method && method == "to" && i > 0) {
+      py::object device = as_device(args[i]);
+      if (device) {
+        explicit_device = device;
+        meta_args.append(refs.meta_device);
+        continue;
+      }
+      if (args[i]->kind == VKind::kTensor) explicit_device = args[i]->device;
+    }
+    meta_args.append(meta_value(args[i]));
+  }
+  py::dict meta_kwargs;
+  for (const auto& [key, value] : kwargs) {
+    if (key == "device") {
+      py::object device = as_device(value);
+      if (device) {
+        explicit_device = device;
+        meta_kwargs[py::str(key)] = refs.meta_device;
+        continue;
+      }
+    }
+    meta_kwargs[py::str(key)] = meta_value(value);
+  }
+  bool any_tensor = false;
+  for (const auto& arg : args) any_tensor = any_tensor || has_tensor(arg);
+  for (const auto& kw : kwargs) any_tensor = any_tensor || has_tensor(kw.second);
+  if (is_method && (method == "cuda" || method == "cpu")) {
+    explicit_device = method == "cpu" ? refs.cpu_device
+                                      : refs.device_type("cuda", args.size() > 1 && args[1]->is_const()
+                                                                     ? args[1]->obj
+                                                                     : py::object(py::none()));
+    meta_args = py::list();
+    meta_args.append(args[0]->obj);
+    meta_args.append(refs.meta_device);
+  }
+
+  py::object result;
+  try {
+    if (is_method) {
+      const std::string meta_method = (method == "cuda" || method == "cpu") ? "to" : method;
+      py::object self = meta_args[0];
+      py::list rest;
+      for (size_t i = 1; i < py::len(meta_args); ++i) rest.append(meta_args[i]);
+      result = self.attr(meta_method.c_str())(*py::tuple(rest), **meta_kwargs);
+    } else if (!any_tensor && !meta_kwargs.contains("device")) {
+      // A factory (torch.zeros, torch.tensor, ...): allocate on meta, run on the default device.
+      py::dict factory_kwargs(meta_kwargs);
+      factory_kwargs["device"] = refs.meta_device;
+      try {
+        result = fn(*py::tuple(meta_args), **factory_kwargs);
+        explicit_device = refs.support.attr("default_device")();
+      } catch (const py::error_already_set&) {
+        result = fn(*py::tuple(meta_args), **meta_kwargs);
+      }
+    } else {
+      result = fn(*py::tuple(meta_args), **meta_kwargs);
+    }
+  } catch (const py::error_already_set& error) {
+    FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", target_text,
+                   error_summary(error));
+  }
+
+  // The real device: explicit, else that of the tensor arguments (non-CPU wins, as CPU scalars
+  // combine with CUDA tensors), else the default device.
+  py::object device = explicit_device;
+  if (!device) {
+    std::vector<py::object> devices;
+    for (const auto& arg : args) collect_tensor_devices(arg, devices);
+    for (const auto& kw : kwargs) collect_tensor_devices(kw.second, devices);
+    for (const auto& d : devices) {
+      if (!device || is_device_type(py::str(device).cast<std::string>(), "cpu")) device = d;
+    }
+    if (!device) device = refs.support.attr("default_device")();
+  }
+
+  std::vector<Arg> node_args;
+  for (const auto& arg : args) node_args.push_back(arg_of(arg));
+  Kwargs node_kwargs;
+  for (const auto& [key, value] : kwargs) node_kwargs.emplace_back(key, arg_of(value));
+
+  const bool inplace = !args.empty() && args[0]->kind == VKind::kTensor &&
+                       result.ptr() == args[0]->obj.ptr() &&
+                       ((is_method && !method.empty() && method.back() == '_') ||
+                        is_inplace_operator(target_text) ||
+                        (!is_method && !target_text.empty() && target_text.back() == '_'));
+
+  if (is_tensor(result.ptr())) {
+    Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
+                                 target_text, infix, std::move(node_args), std::move(node_kwargs),
+                                 result, {meta_of(result, device)}, false, instr().line, name_hint);
+    if (inplace) return args[0];
+    return Value::tensor(node, result, device);
+  }
+  const bool is_list = PyList_Check(result.ptr());
+  if ((PyTuple_Check(result.ptr()) || is_list) && py::len(result) > 0 &&
+      all_tensors(result)) {
+    std::vector<TensorMeta> metas;
+    for (py::handle item : result) metas.push_back(meta_of(item, device));
+    Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
+                                 target_text, infix, std::move(node_args), std::move(node_kwargs),
+                                 result, std::move(metas), true, instr().line, name_hint);
+    std::vector<ValuePtr> items;
+    py::object getitem = refs.operator_module.attr("getitem");
+    for (size_t i = 0; i < py::len(result); ++i) {
+      py::object element = result[py::int_(i)];
+      Node* item = graph_.add_call(NodeKind::kCallFunction, getitem, "operator.getitem", "[]",
+                                   {Arg::of(node), Arg::constant(py::int_(i))}, {}, element,
+                                   {meta_of(element, device)}, false, instr().line, "getitem");
+      items.push_back(Value::tensor(item, element, device));
+    }
+    if (is_list) return Value::list(std::move(items));
+    return Value::tuple(std::move(items),
+                        py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(result.ptr()))));
+  }
+  if (result.is_none() && returns_none_inplace(target_text)) {
+    graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
+                    target_text, infix, std::move(node_args), std::move(node_kwargs), py::none(), {},
+                    false, instr().line, name_hint);
+    return Value::constant(py::none());
+  }
+  FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {} (not a tensor) on meta tensors", target_text,
+                 Py_TYPE(result.ptr())->tp_name);
+}
+
+ValuePtr Tracer::record_operator(const char* fn_name, const char* infix,
+                                 std::vector<ValuePtr> args) {
+  py::object fn = PyRefs::get().operator_module.attr(fn_name);
+  return record_call(NodeKind::kCallFunction, fn, "", std::move(args), {}, infix, fn_name);
+}
+
+ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
+  PyRefs& refs = PyRefs::get();
+  static const char* kMetaConstants[] = {"shape", "dtype", "ndim", "requires_grad", "layout",
+                                         "is_sparse", "is_quantized", "is_mkldnn", "itemsize",
+                                         "nbytes", "is_nested"};
+  for (const char* constant : kMetaConstants) {
+    if (name == constant) return Value::constant(tensor->obj.attr(constant));
+  }
+  const std::string device = py::str(tensor->device).cast<std::string>();
+  if (name == "device") return Value::constant(tensor->device);
+  if (name == "is_cuda") return Value::constant(py::bool_(is_device_type(device, "cuda")));
+  if (name == "is_cpu") return Value::constant(py::bool_(is_device_type(device, "cpu")));
+  if (name == "is_meta") return Value::constant(py::bool_(is_device_type(device, "meta")));
+  if (name == "T" || name == "mT" || name == "H" || name == "mH" || name == "real" ||
+      name == "imag") {
+    py::object getattr_fn = py::module_::import("builtins").attr("getattr");
+    return record_call(NodeKind::kCallFunction, getattr_fn, "",
+                       {tensor, Value::constant(py::str(name))}, {}, "", "getattr");
+  }
+  (void)refs;
+  FJ_UNSUPPORTED(kUnsupportedValue, "tensor attribute '{}' is not traced yet", name);
+}
+
+}  // namespace framejit

@@ -1,0 +1,139 @@
+// Abstract value constructors and descriptions.
+#include "trace/value.h"
+
+#include "common/check.h"
+#include "graph/graph.h"
+
+namespace framejit {
+
+const char* vkind_name(VKind kind) {
+  switch (kind) {
+    case VKind::kTensor: return "Tensor";
+    case VKind::kConst: return "Const";
+    case VKind::kObject: return "Object";
+    case VKind::kTuple: return "Tuple";
+    case VKind::kList: return "List";
+    case VKind::kDict: return "Dict";
+    case VKind::kNull: return "Null";
+  }
+  return "?";
+}
+
+ValuePtr Value::constant(py::object value, int source) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kConst;
+  v->obj = std::move(value);
+  v->source = source;
+  return v;
+}
+
+ValuePtr Value::object(py::object value, int source) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kObject;
+  v->obj = std::move(value);
+  v->source = source;
+  return v;
+}
+
+ValuePtr Value::tensor(Node* node, py::object meta, py::object device, int source) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kTensor;
+  v->node = node;
+  v->obj = std::move(meta);
+  v->device = std::move(device);
+  v->source = source;
+  return v;
+}
+
+ValuePtr Value::tuple(std::vector<ValuePtr> items, py::object pytype) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kTuple;
+  v->items = std::move(items);
+  v->pytype = pytype ? std::move(pytype)
+                     : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
+  return v;
+}
+
+ValuePtr Value::list(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kList;
+  v->items = std::move(items);
+  return v;
+}
+
+ValuePtr Value::dict(std::vector<py::object> keys, std::vector<ValuePtr> values) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kDict;
+  v->keys = std::move(keys);
+  v->items = std::move(values);
+  return v;
+}
+
+ValuePtr Value::null() {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kNull;
+  return v;
+}
+
+bool Value::is_constant_tree() const {
+  switch (kind) {
+    case VKind::kConst:
+      return true;
+    case VKind::kTuple:
+    case VKind::kList:
+    case VKind::kDict:
+      for (const auto& item : items) {
+        if (!item->is_constant_tree()) return false;
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+
+py::object Value::as_python() const {
+  switch (kind) {
+    case VKind::kConst:
+    case VKind::kObject:
+      return obj;
+    case VKind::kTuple: {
+      py::list items_py;
+      for (const auto& item : items) items_py.append(item->as_python());
+      py::tuple t(items_py);
+      if (pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) return std::move(t);
+      return pytype(t);  // structseq types and torch.Size take one iterable
+    }
+    case VKind::kList: {
+      py::list out;
+      for (const auto& item : items) out.append(item->as_python());
+      return std::move(out);
+    }
+    case VKind::kDict: {
+      py::dict out;
+      for (size_t i = 0; i < items.size(); ++i) out[keys[i]] = items[i]->as_python();
+      return std::move(out);
+    }
+    default:
+      throw InternalError(std::string("as_python on ") + vkind_name(kind));
+  }
+}
+
+std::string Value::describe() const {
+  switch (kind) {
+    case VKind::kTensor:
+      return "Tensor(" + (node ? node->meta_text() : std::string("?")) + ")";
+    case VKind::kConst:
+      return "Const(" + safe_repr(obj) + ")";
+    case VKind::kObject:
+      return "Object(" + safe_repr(obj) + ")";
+    case VKind::kNull:
+      return "NULL";
+    default: {
+      std::string out = std::string(vkind_name(kind)) + "(";
+      for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i]->describe();
+      return out + ")";
+    }
+  }
+}
+
+}  // namespace framejit

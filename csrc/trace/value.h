@@ -1,0 +1,60 @@
+// Abstract values of the tracer: a small closed set of kinds, each with an optional source.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/py.h"
+
+namespace framejit {
+
+class Node;
+
+enum class VKind : uint8_t {
+  kTensor,  // a tensor: graph node + meta tensor + the real device
+  kConst,   // an immutable Python value fixed at trace time (int, float, str, dtype, Size, ...)
+  kObject,  // a Python object used by reference (module, function, class, input dict, ...)
+  kTuple,   // tuple of values (pytype: tuple, a namedtuple or a structseq such as return_types)
+  kList,    // list of values
+  kDict,    // dict with constant keys
+  kNull,    // the NULL CPython pushes before a callable
+};
+
+const char* vkind_name(VKind kind);
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  VKind kind = VKind::kConst;
+  int source = -1;           // slot in the trace's SourceTable, -1 if made during the trace
+  py::object obj;            // kConst: the value; kObject: the object; kTensor: the meta tensor
+  Node* node = nullptr;      // kTensor
+  py::object device;         // kTensor: the real torch.device
+  std::vector<ValuePtr> items;   // kTuple, kList, kDict (values)
+  std::vector<py::object> keys;  // kDict
+  py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type
+  std::string method;            // kObject pushed by LOAD_METHOD on a tensor: the method name
+
+  static ValuePtr constant(py::object value, int source = -1);
+  static ValuePtr object(py::object value, int source = -1);
+  static ValuePtr tensor(Node* node, py::object meta, py::object device, int source = -1);
+  static ValuePtr tuple(std::vector<ValuePtr> items, py::object pytype = py::object());
+  static ValuePtr list(std::vector<ValuePtr> items);
+  static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
+  static ValuePtr null();
+
+  bool is_tensor() const { return kind == VKind::kTensor; }
+  bool is_const() const { return kind == VKind::kConst; }
+  bool is_sequence() const { return kind == VKind::kTuple || kind == VKind::kList; }
+  // Whether this value (recursively) is fully known at trace time.
+  bool is_constant_tree() const;
+  // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
+  py::object as_python() const;
+
+  // "Tensor(f32[2, 3])", "Const(3)", "Object(<module 'torch'>)": for messages.
+  std::string describe() const;
+};
+
+}  // namespace framejit

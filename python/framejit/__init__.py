@@ -1,0 +1,25 @@
+"""framejit: a C++ front end for torch.compile.
+
+``@framejit.compile(backend=...)`` runs a function (or ``nn.Module``) with a PEP 523 frame hook
+that traces its bytecode with meta tensors into FX graphs, guards what it assumed, and hands each
+graph to a torch.compile backend.
+"""
+import torch  # noqa: F401  (libtorch must be loaded before _C)
+
+from . import _C, _support
+
+_C._init(_support)
+
+from . import _logging, _skip, backends, config  # noqa: E402
+from ._compile import CompiledModule, compile, disable, reset  # noqa: E402
+from ._logging import set_logs  # noqa: E402
+from .exc import FramejitWarning, Unsupported  # noqa: E402
+
+_skip.apply()
+_logging.init_from_env()
+
+__all__ = [
+    "compile", "disable", "reset", "set_logs", "backends", "config", "Unsupported",
+    "FramejitWarning", "CompiledModule",
+]
+__version__ = "0.1.0"

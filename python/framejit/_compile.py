@@ -1,0 +1,82 @@
+"""framejit.compile, framejit.disable and the module wrapper."""
+import functools
+import warnings
+
+import torch
+
+from . import _C, _skip, backends, config
+from .exc import FramejitWarning
+
+_KNOWN_OPTIONS = {"recompile_limit"}
+
+
+class CompiledModule(torch.nn.Module):
+    """What ``framejit.compile(module)`` returns: shares the module's parameters and buffers (it
+    holds the module as ``_orig_mod``, as torch.compile does) and calls it through the hook, so
+    ``forward`` and anything it calls are traced while the module's own hooks run as usual."""
+
+    def __init__(self, mod: torch.nn.Module, compiled_call):
+        super().__init__()
+        self._orig_mod = mod
+        self.__dict__["_framejit_call"] = compiled_call
+
+    def forward(self, *args, **kwargs):
+        return self._framejit_call(*args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._orig_mod, name)
+
+
+def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=None, mode=None):
+    """Compile a function or ``nn.Module`` with framejit.
+
+    Works as ``@framejit.compile``, ``@framejit.compile(backend=...)`` and
+    ``framejit.compile(fn_or_module, ...)``. ``backend`` is a registered name (``"eager"``,
+    ``"inductor"``, any torch.compile backend) or a callable ``backend(gm, example_inputs)``.
+    ``fullgraph=True`` raises :class:`framejit.Unsupported` where a frame cannot be traced.
+    ``options``: ``{"recompile_limit": int}``.
+    """
+    if fn is None:
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                                 options=options, mode=mode)
+    opts = dict(options or {})
+    unknown = set(opts) - _KNOWN_OPTIONS
+    if unknown:
+        raise ValueError(f"framejit.compile: unknown option(s) {sorted(unknown)}; "
+                         f"known: {sorted(_KNOWN_OPTIONS)}")
+    recompile_limit = int(opts.get("recompile_limit", config.recompile_limit))
+    if recompile_limit < 1:
+        raise ValueError("framejit.compile: recompile_limit must be at least 1")
+    if dynamic:
+        warnings.warn("framejit.compile(dynamic=True) is not supported yet: shapes are "
+                      "specialised and a new shape compiles again", FramejitWarning, stacklevel=2)
+    if mode is not None:
+        warnings.warn(f"framejit.compile(mode={mode!r}) is ignored", FramejitWarning, stacklevel=2)
+    backend_fn, backend_name = backends.lookup(backend)
+    if isinstance(fn, torch.nn.Module):
+        _skip.allow_file_of(type(fn).forward)
+        call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit)
+        return CompiledModule(fn, call)
+    if not callable(fn):
+        raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
+    _skip.allow_file_of(fn)
+    compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit)
+    functools.update_wrapper(compiled, fn)
+    return compiled
+
+
+def disable(fn=None):
+    """Run fn (and everything it calls) in plain Python, even inside a compiled function."""
+    if fn is None:
+        return disable
+    wrapped = _C.make_disabled(fn)
+    functools.update_wrapper(wrapped, fn)
+    return wrapped
+
+
+def reset() -> None:
+    """Drop every compiled region of every function; the next calls trace again."""
+    _C.reset()

@@ -1,0 +1,151 @@
+"""The Python half of tracing decisions, called by the C++ core (rarely: results are cached).
+
+Which callables are torch operations, which Tensor methods read data, how targets are printed.
+Kept in Python because the answers are lists of torch objects, easy to read and extend.
+"""
+import builtins
+import logging
+import math
+import operator
+import warnings
+
+import torch
+
+from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
+
+# Namespaces under torch whose functions are not graph operations: state, I/O, autograd
+# drivers, other compilers.
+_NOT_OPS_PREFIXES = (
+    "torch.autograd", "torch.cuda", "torch.mps", "torch.xpu", "torch.distributed", "torch.utils",
+    "torch._dynamo", "torch.compiler", "torch.jit", "torch.fx", "torch.testing", "torch.random",
+    "torch.serialization", "torch.backends", "torch.hub", "torch.onnx", "torch.profiler",
+    "torch._logging", "torch.multiprocessing", "torch.overrides", "torch.export",
+    "torch._inductor", "torch.library", "torch.nn.modules", "torch.optim", "torch._guards",
+    "torch.storage", "torch.package", "torch.futures",
+)
+
+_NOT_OPS = {
+    torch.manual_seed, torch.seed, torch.initial_seed, torch.set_grad_enabled,
+    torch.save, torch.load, torch.compile, torch.set_default_dtype, torch.set_default_device,
+    torch.use_deterministic_algorithms, torch.set_printoptions, torch.get_rng_state,
+    torch.set_rng_state, torch.set_num_threads, torch.get_num_threads, torch.equal,
+    torch.allclose, torch.is_nonzero, torch.is_same_size,
+}
+
+# Pure questions about metadata or global settings the guards already pin.
+_QUERIES = {
+    torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.result_type,
+    torch.promote_types, torch.can_cast, torch.get_default_dtype, torch.is_grad_enabled,
+    torch.broadcast_shapes, torch.is_inference_mode_enabled, torch.finfo, torch.iinfo,
+}
+
+# Builtins that are pure functions of their arguments (folded on constants).
+_PURE_BUILTINS = {
+    builtins.abs, builtins.all, builtins.any, builtins.bool, builtins.callable, builtins.chr,
+    builtins.divmod, builtins.float, builtins.int, builtins.isinstance, builtins.issubclass,
+    builtins.len, builtins.max, builtins.min, builtins.ord, builtins.pow, builtins.repr,
+    builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
+    builtins.sorted, builtins.list, builtins.hash, builtins.format,
+}
+
+# Tensor methods that need the data (or give it away): a graph cannot contain them.
+_DATA_METHODS = {
+    "item", "tolist", "numpy", "data_ptr", "storage", "untyped_storage", "_storage", "backward",
+    "register_hook", "__bool__", "__int__", "__float__", "__index__", "__len__", "__iter__",
+    "__array__", "__format__", "__repr__", "__str__", "__reduce_ex__", "__setstate__",
+    "__getstate__", "pin_memory", "is_pinned", "share_memory_", "record_stream", "__dlpack__",
+    "retain_grad", "type", "equal", "allclose", "is_nonzero", "__contains__", "is_shared",
+    "register_post_accumulate_grad_hook",
+}
+
+# Tensor methods that only read metadata (constant results: the guards pin the metadata).
+_QUERY_METHODS = {
+    "dim", "ndimension", "size", "stride", "numel", "nelement", "element_size", "is_contiguous",
+    "is_floating_point", "is_complex", "is_signed", "storage_offset", "has_names", "is_inference",
+}
+
+
+def classify_callable(fn) -> str:
+    """'torch' (graph op), 'query' (constant from metadata), 'builtin' (pure), or '' (not traced)."""
+    try:
+        if fn in _NOT_OPS:
+            return ""
+        if fn in _QUERIES:
+            return "query"
+        if fn in _PURE_BUILTINS:
+            return "builtin"
+    except TypeError:  # unhashable callables
+        return ""
+    module = getattr(fn, "__module__", None) or ""
+    if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
+        return "builtin"
+    if isinstance(fn, type):
+        return ""
+    if module == "torch" or module.startswith("torch."):
+        if module.startswith(_NOT_OPS_PREFIXES):
+            return ""
+        return "torch"
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
+        return "torch"
+    return ""
+
+
+def tensor_method_kind(name: str) -> str:
+    """'op' (graph node), 'query' (constant), or '' (needs data / not a Tensor method)."""
+    if name in _DATA_METHODS:
+        return ""
+    if name in _QUERY_METHODS:
+        return "query"
+    return "op" if callable(getattr(torch.Tensor, name, None)) else ""
+
+
+_NAMESPACES = (
+    ("torch.nn.functional", torch.nn.functional), ("torch", torch), ("torch.linalg", torch.linalg),
+    ("torch.special", torch.special), ("torch.fft", torch.fft),
+)
+
+
+def target_text(fn) -> str:
+    """How a call target is printed in graphs: torch.add, torch.nn.functional.relu, operator.add."""
+    name = getattr(fn, "__name__", None)
+    if name is None:
+        return repr(fn)
+    if getattr(operator, name, None) is fn:
+        return f"operator.{name}"
+    if getattr(builtins, name, None) is fn:
+        return name
+    for prefix, namespace in _NAMESPACES:
+        if getattr(namespace, name, None) is fn:
+            return f"{prefix}.{name}"
+    module = getattr(fn, "__module__", None) or "?"
+    return f"{module}.{getattr(fn, '__qualname__', name)}"
+
+
+_SHORT_DTYPES = {
+    torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "b8", torch.complex64: "c64", torch.complex128: "c128",
+}
+
+
+def short_dtype(dtype) -> str:
+    return _SHORT_DTYPES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def make_meta(t: torch.Tensor) -> torch.Tensor:
+    """A meta tensor with t's sizes, strides, dtype and requires_grad (no data, no device)."""
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",
+                               requires_grad=t.requires_grad)
+
+
+def default_device():
+    return torch.get_default_device()
+
+
+def emit(artifact: str, message: str) -> None:
+    logging.getLogger(f"framejit.{artifact}").info(message)
+
+
+def warn(message: str) -> None:
+    warnings.warn(message, FramejitWarning, stacklevel=2)

@@ -1,0 +1,48 @@
+"""The backend registry: names to callables with torch.compile's backend contract,
+``backend(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> callable``."""
+from typing import Callable, Dict, Optional, Tuple
+
+_REGISTRY: Dict[str, Callable] = {}
+
+
+def register(name: Optional[str] = None, fn: Optional[Callable] = None):
+    """``@framejit.backends.register("mine")`` or ``register("mine", fn)``."""
+    def decorate(backend: Callable) -> Callable:
+        _REGISTRY[name or backend.__name__] = backend
+        return backend
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def list_backends():
+    return sorted(_REGISTRY)
+
+
+def lookup(backend) -> Tuple[Callable, str]:
+    """The callable and display name for a backend given by name or as a callable."""
+    if callable(backend):
+        return backend, getattr(backend, "__name__", type(backend).__name__)
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a name or a callable, got {type(backend).__name__}")
+    if backend in _REGISTRY:
+        return _REGISTRY[backend], backend
+    # Any backend registered with torch.compile works too (aot_eager, cudagraphs, ...).
+    from torch._dynamo.backends.registry import list_backends as torch_backends
+    from torch._dynamo.backends.registry import lookup_backend
+    if backend in torch_backends(exclude_tags=()):
+        return lookup_backend(backend), backend
+    raise ValueError(f"unknown framejit backend {backend!r}; framejit has {list_backends()}, "
+                     f"torch.compile has {torch_backends(exclude_tags=())}")
+
+
+@register("eager")
+def eager(gm, example_inputs):
+    """Runs the captured graph as it is (GraphModule.forward)."""
+    return gm.forward
+
+
+@register("inductor")
+def inductor(gm, example_inputs):
+    """torch.compile's default compiler."""
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(gm, example_inputs)

@@ -1,0 +1,12 @@
+"""Exceptions and warnings framejit raises."""
+
+
+class Unsupported(RuntimeError):
+    """Raised with ``fullgraph=True`` when a frame cannot be traced into one graph.
+
+    The message names the reason, its category, and the user's file, line and source text.
+    """
+
+
+class FramejitWarning(UserWarning):
+    """framejit fell back to plain Python for something it should have handled, or hit a limit."""

@@ -1,0 +1,50 @@
+"""Helpers for tests of framejit and of code compiled with it."""
+import os
+import re
+
+import torch
+
+
+class CompileCounter:
+    """A backend that counts the graphs handed to it and runs each as it is."""
+
+    def __init__(self):
+        self.frame_count = 0
+        self.op_count = 0
+        self.graphs = []
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+        self.frame_count += 1
+        self.op_count += sum(n.op in ("call_function", "call_method") for n in gm.graph.nodes)
+        self.graphs.append(gm)
+        return gm.forward
+
+    def clear(self):
+        self.frame_count = 0
+        self.op_count = 0
+        self.graphs.clear()
+
+
+def regions(fn):
+    """The regions of fn's code object: dicts with kind, graph, guards, hits, reason."""
+    from . import _C
+    return _C.code_stats(fn)["regions"]
+
+
+def normalize_graph(text: str) -> str:
+    """A printed graph with directory names removed from ``# File:`` lines, for expected text."""
+    return re.sub(r"# File: (\S*/)?([^/:]+):", lambda m: f"# File: {m.group(2)}:", text)
+
+
+def same(a, b, rtol=1e-5, atol=1e-6) -> bool:
+    """Structural equality of nested outputs; tensors by value (allclose) and dtype."""
+    if isinstance(a, torch.Tensor):
+        return (isinstance(b, torch.Tensor) and a.dtype == b.dtype and a.shape == b.shape
+                and a.device == b.device and torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=True))
+    if isinstance(a, (tuple, list)):
+        return (type(a) is type(b) and len(a) == len(b)
+                and all(same(x, y, rtol, atol) for x, y in zip(a, b)))
+    if isinstance(a, dict):
+        return (type(a) is type(b) and list(a) == list(b)
+                and all(same(a[k], b[k], rtol, atol) for k in a))
+    return type(a) is type(b) and a == b

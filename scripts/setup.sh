@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything framejit needs on a fresh Debian machine with Python 3.11, then builds and
+# installs framejit itself. Safe to rerun: installed pieces are skipped, the build is incremental
+# (build/<wheel tag>/ is kept between runs, ccache caches objects).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+
+apt_packages=(catch2 libfmt-dev ninja-build ccache cmake g++)
+missing=()
+for pkg in "${apt_packages[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq "${missing[@]}"
+fi
+
+# torch is pinned and installed on its own first, so nothing later resolves a bare "torch".
+"$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
+  || "$PYTHON" -m pip install -q "torch==2.13.0"
+"$PYTHON" -m pip install -q "scikit-build-core>=0.10" pytest numpy
+
+export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
+"$PYTHON" -m pip install -q --no-build-isolation --no-deps .

@@ -1,0 +1,90 @@
+// Graph IR: construction, use-def links, the verifier, dead getitem removal and the printer.
+#include <pybind11/embed.h>
+
+#include <catch2/catch.hpp>
+
+#include "common/check.h"
+#include "graph/graph.h"
+#include "graph/printer.h"
+
+namespace py = pybind11;
+using namespace framejit;
+
+namespace {
+
+TensorMeta meta(std::vector<int64_t> sizes, std::string dtype = "f32") {
+  return TensorMeta{std::move(dtype), std::move(sizes), "cpu"};
+}
+
+py::object op(const char* name) { return py::module_::import("operator").attr(name); }
+
+}  // namespace
+
+TEST_CASE("printer writes readable Python with the user's lines") {
+  Graph g("/src/model.py", "my_function", 10);
+  Node* x = g.add_placeholder("inputs_x", py::none(), meta({2, 3}));
+  Node* y = g.add_placeholder("inputs_y", py::none(), meta({2, 3}));
+  Node* add = g.add_call(NodeKind::kCallFunction, op("add"), "operator.add", "+",
+                         {Arg::of(x), Arg::constant(py::float_(0.5))}, {}, py::none(),
+                         {meta({2, 3})}, false, 12, "add");
+  Node* mean = g.add_call(NodeKind::kCallMethod, py::str("mean"), "mean", "", {Arg::of(add)},
+                          {{"dim", Arg::constant(py::int_(1))}}, py::none(), {meta({2})}, false,
+                          13, "mean");
+  Node* mul = g.add_call(NodeKind::kCallFunction, op("mul"), "operator.mul", "*",
+                         {Arg::of(add), Arg::of(y)}, {}, py::none(), {meta({2, 3})}, false, 13,
+                         "mul");
+  g.set_output({Arg::of(mul), Arg::of(mean)});
+  g.lint();
+  auto lines = [](int line) { return "code at line " + std::to_string(line); };
+  const std::string expected =
+      "def forward(self, inputs_x: \"f32[2, 3]\", inputs_y: \"f32[2, 3]\"):\n"
+      "    # File: /src/model.py:12 in my_function, code: code at line 12\n"
+      "    add: \"f32[2, 3]\" = inputs_x + 0.5\n"
+      "    # File: /src/model.py:13 in my_function, code: code at line 13\n"
+      "    mean: \"f32[2]\" = add.mean(dim = 1)\n"
+      "    mul: \"f32[2, 3]\" = add * inputs_y\n"
+      "    return (mul, mean)\n";
+  CHECK(print_graph(g, lines) == expected);
+  CHECK(g.num_calls() == 3);
+  CHECK(add->users.size() == 2);
+}
+
+TEST_CASE("names are unique and sanitised") {
+  Graph g("f.py", "f", 1);
+  Node* a = g.add_placeholder("L['x']", py::none(), meta({1}));
+  Node* b = g.add_placeholder("x", py::none(), meta({1}));
+  Node* c = g.add_placeholder("1x", py::none(), meta({1}));
+  CHECK(a->name == "L_x_");
+  CHECK(b->name == "x");
+  CHECK(c->name == "_1x");
+  Node* d = g.add_call(NodeKind::kCallFunction, op("neg"), "operator.neg", "-", {Arg::of(b)}, {},
+                       py::none(), {meta({1})}, false, 1, "x");
+  CHECK(d->name == "x_1");
+}
+
+TEST_CASE("unused getitem nodes are removed, used ones kept") {
+  Graph g("f.py", "f", 1);
+  Node* x = g.add_placeholder("x", py::none(), meta({4}));
+  Node* chunk = g.add_call(NodeKind::kCallMethod, py::str("chunk"), "chunk", "",
+                           {Arg::of(x), Arg::constant(py::int_(2))}, {}, py::none(),
+                           {meta({2}), meta({2})}, true, 2, "chunk");
+  Node* first = g.add_call(NodeKind::kCallFunction, op("getitem"), "operator.getitem", "[]",
+                           {Arg::of(chunk), Arg::constant(py::int_(0))}, {}, py::none(),
+                           {meta({2})}, false, 2, "getitem");
+  g.add_call(NodeKind::kCallFunction, op("getitem"), "operator.getitem", "[]",
+             {Arg::of(chunk), Arg::constant(py::int_(1))}, {}, py::none(), {meta({2})}, false, 2,
+             "getitem");
+  g.set_output({Arg::of(first)});
+  g.remove_unused_getitems();
+  g.lint();
+  CHECK(g.nodes().size() == 4);  // x, chunk, getitem, output
+  CHECK(chunk->users.size() == 1);
+  CHECK(print_graph(g, nullptr).find("getitem: \"f32[2]\" = chunk[0]") != std::string::npos);
+  CHECK(chunk->meta_text() == "(f32[2], f32[2])");
+}
+
+TEST_CASE("the verifier rejects a graph without an output") {
+  Graph g("f.py", "f", 1);
+  g.add_placeholder("x", py::none(), meta({1}));
+  CHECK_THROWS_AS(g.lint(), InternalError);
+}
