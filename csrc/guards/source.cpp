@@ -23,10 +23,16 @@ void SlotValues::clear() {
   size_ = 0;
 }
 
-int SourceTable::intern(Source source) {
+int SourceTable::find(const Source& source) const {
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (sources_[i].text == source.text) return static_cast<int>(i);
   }
+  return -1;
+}
+
+int SourceTable::intern(Source source) {
+  const int found = find(source);
+  if (found >= 0) return found;
   sources_.push_back(std::move(source));
   return static_cast<int>(sources_.size()) - 1;
 }

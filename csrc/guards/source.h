@@ -59,6 +59,11 @@ class SourceTable {
  public:
   // Returns the slot of an equal source, adding it if new.
   int intern(Source source);
+  // Drops the most recently interned source (one that turned out unreadable at trace time, so
+  // that no guard ever tries to read it).
+  void pop_last() { sources_.pop_back(); }
+  // The slot of an equal source, or -1.
+  int find(const Source& source) const;
   const Source& at(int slot) const { return sources_[slot]; }
   int size() const { return static_cast<int>(sources_.size()); }
 

@@ -111,12 +111,11 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return wrap_unsourced(std::move(value));
       }
       if (base->source >= 0 && (PyModule_Check(obj) || is_instance_state(base->obj, name))) {
-        const int slot = sources_.intern(sources_.attr(base->source, name));
-        py::object real = read_source(slot);
-        if (!real) {
+        ValuePtr value = load_source(sources_.attr(base->source, name));
+        if (!value) {
           FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         }
-        return wrap_source(slot, real);
+        return value;
       }
       break;
     }
@@ -176,8 +175,9 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
           FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",
                          safe_repr(k));
         }
-        const int slot = sources_.intern(sources_.item(base->source, k));
-        return wrap_source(slot, read_source(slot));
+        ValuePtr value = load_source(sources_.item(base->source, k));
+        FJ_CHECK(value != nullptr, "present key {} unreadable", safe_repr(k));
+        return value;
       }
       break;
     default:
@@ -190,6 +190,13 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
   if (container->kind == VKind::kTensor) {
     record_operator("setitem", "", {container, key, value});
     return;
+  }
+  if (container->kind == VKind::kObject && container->source >= 0 &&
+      PyDict_CheckExact(container->obj.ptr()) && key->is_const()) {
+    // `inputs["y"] += x` stores back the very tensor it read (mutated in place): no side effect.
+    const int slot = sources_.find(sources_.item(container->source, key->obj));
+    auto it = by_slot_.find(slot);
+    if (it != by_slot_.end() && it->second == value) return;
   }
   if (container->source >= 0) {
     FJ_UNSUPPORTED(kSideEffect, "item assignment into {}, which existed before the call",

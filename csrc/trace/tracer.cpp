@@ -130,13 +130,18 @@ std::string Tracer::co_varname(int index) const {
   return code_string(PyTuple_GET_ITEM(code_->co_localsplusnames, index));
 }
 
-py::object Tracer::read_source(int slot) {
-  if (static_cast<int>(live_.size()) <= slot) live_.resize(static_cast<size_t>(slot) + 1, nullptr);
+ValuePtr Tracer::load_source(Source source) {
+  const int known = sources_.size();
+  const int slot = sources_.intern(std::move(source));
+  if (slot < known) return by_slot_.at(slot);  // read and wrapped before
+  live_.resize(static_cast<size_t>(slot) + 1, nullptr);
+  live_[slot] = sources_.read(slot, frame_, live_.data());  // New or NULL
   if (live_[slot] == nullptr) {
-    live_[slot] = sources_.read(slot, frame_, live_.data());  // New or NULL
+    sources_.pop_last();
+    live_.pop_back();
+    return nullptr;
   }
-  if (live_[slot] == nullptr) return py::object();
-  return py::reinterpret_borrow<py::object>(live_[slot]);
+  return wrap_source(slot, py::reinterpret_borrow<py::object>(live_[slot]));
 }
 
 ValuePtr Tracer::local(int index) {
@@ -147,13 +152,10 @@ ValuePtr Tracer::local(int index) {
     }
     return locals_[index];
   }
-  const int slot = sources_.intern(SourceTable::local(index, co_varname(index)));
-  py::object real = read_source(slot);
-  if (!real) {
-    FJ_UNSUPPORTED(kUnsupportedValue, "local '{}' is unbound here", co_varname(index));
-  }
-  locals_[index] = wrap_source(slot, real);
-  return locals_[index];
+  ValuePtr value = load_source(SourceTable::local(index, co_varname(index)));
+  if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "local '{}' is unbound here", co_varname(index));
+  locals_[index] = value;
+  return value;
 }
 
 void Tracer::set_local(int index, ValuePtr value) {
@@ -168,10 +170,9 @@ void Tracer::delete_local(int index) {
 }
 
 ValuePtr Tracer::global(const std::string& name) {
-  const int slot = sources_.intern(SourceTable::global(name));
-  py::object real = read_source(slot);
-  if (!real) FJ_UNSUPPORTED(kUnsupportedValue, "name '{}' is not defined", name);
-  return wrap_source(slot, real);
+  ValuePtr value = load_source(SourceTable::global(name));
+  if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "name '{}' is not defined", name);
+  return value;
 }
 
 TensorMeta Tracer::meta_of(py::handle meta, py::handle device) {
@@ -210,8 +211,9 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
     guards_.add_len(slot, n);
     std::vector<ValuePtr> items;
     for (Py_ssize_t i = 0; i < n; ++i) {
-      const int item_slot = sources_.intern(sources_.item(slot, py::int_(i)));
-      items.push_back(wrap_source(item_slot, read_source(item_slot)));
+      ValuePtr item = load_source(sources_.item(slot, py::int_(i)));
+      FJ_CHECK(item != nullptr, "item {} of {} unreadable", i, sources_.at(slot).text);
+      items.push_back(std::move(item));
     }
     value = PyTuple_CheckExact(obj) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     value->source = slot;

@@ -89,8 +89,9 @@ class Tracer {
   // A value read from source `slot` whose live value is `real`: installs guards, makes
   // placeholders for tensors. The same slot always gives the same Value.
   ValuePtr wrap_source(int slot, py::handle real);
-  // The live value of a source at trace time (reads the frame). New reference.
-  py::object read_source(int slot);
+  // Interns `source`, reads its live value and wraps it. Returns nullptr (and forgets the source)
+  // if it cannot be read: an unbound local, a missing global, key or attribute.
+  ValuePtr load_source(Source source);
 
  private:
   void build_result(const ValuePtr& value);

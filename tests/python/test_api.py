@@ -438,3 +438,31 @@ def test_bytecode_artifact(caplog):
         compiled(torch.ones(2), torch.ones(2))
     text = "\n".join(r.getMessage() for r in caplog.records if r.name == "framejit.bytecode")
     assert "BYTECODE add_mul" in text and "BINARY_OP" in text
+
+
+def test_untraceable_reads_do_not_recompile_on_every_call():
+    counter = CompileCounter()
+
+    def missing_global(x):
+        return x + NOT_DEFINED_ANYWHERE  # noqa: F821
+
+    def stores_into_input(inputs, x):
+        inputs["y"] += x  # same tensor stored back: no side effect to replay
+        inputs["z"] = x * 2  # a real write into the caller's dict: not traced yet
+        return inputs
+
+    compiled = framejit.compile(missing_global, backend=counter)
+    for _ in range(3):
+        with pytest.raises(NameError):
+            compiled(torch.ones(2))
+    assert len(regions(missing_global)) == 1
+
+    compiled = framejit.compile(stores_into_input, backend=counter)
+    for _ in range(3):
+        inputs = {"y": torch.ones(2)}
+        out = compiled(inputs, torch.ones(2))
+        assert out is inputs and same(inputs["z"], torch.full((2,), 2.0))
+        assert same(inputs["y"], torch.full((2,), 2.0))
+    assert [r["kind"] for r in regions(stores_into_input)] == ["fallback"]
+    assert "side_effect" in regions(stores_into_input)[0]["reason"]
+    assert "inputs[\"z\"] = x * 2" in regions(stores_into_input)[0]["reason"]
