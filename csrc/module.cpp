@@ -24,22 +24,33 @@ PyCodeObject* code_of(py::handle obj) {
   return reinterpret_cast<PyCodeObject*>(target.ptr());
 }
 
+const char* kind_name(RegionKind kind) {
+  return kind == RegionKind::kCompiled ? "compiled" : "fallback";
+}
+
 py::dict code_stats(py::handle obj) {
   py::dict out;
   py::list regions;
-  CodeState* state = find_code_state(code_of(obj));
+  PyCodeObject* code = code_of(obj);
+  CodeState* state = find_code_state(code);
   if (state != nullptr) {
     for (const auto& region : state->regions) {
       py::dict r;
-      r["kind"] = region->kind == RegionKind::kCompiled ? "compiled" : "fallback";
+      r["id"] = region->id;
+      r["kind"] = kind_name(region->kind);
       r["entry_pc"] = region->entry_pc;
+      r["entry_line"] = state->bytecode ? state->bytecode->at(region->entry_pc).line : -1;
+      r["exit"] = exit_kind_name(region->exit.kind);
+      r["exit_pc"] = region->exit.pc;
       r["graph_id"] = region->graph_id;
       r["graph_ops"] = region->graph_ops;
       r["graph"] = region->graph_text;
       r["guards"] = region->guards.to_string(region->sources);
-      r["reason"] = region->reason;
+      r["reason"] = region->kind == RegionKind::kFallback ? region->reason : region->exit.reason;
+      r["warmed"] = region->warmed;
       r["hits"] = region->hits;
-      r["result"] = region->result.to_string();
+      r["result"] = region->exit.kind == ExitKind::kReturn ? region->exit.result.to_string()
+                                                            : std::string();
       regions.append(r);
     }
     out["skipped"] = state->decision == CodeState::Decision::kSkip;
@@ -65,18 +76,21 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "make_compiled",
       [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
-                      int recompile_limit) {
+                      int recompile_limit, bool warm_branches, py::object on_region) {
         auto ctx = std::make_shared<CompileContext>();
         ctx->backend = std::move(backend);
         ctx->backend_name = std::move(backend_name);
         ctx->fullgraph = fullgraph;
         ctx->recompile_limit = recompile_limit;
+        ctx->warm_branches = warm_branches;
+        ctx->on_region = std::move(on_region);
         PyObject* out = new_compiled_function(compiled_type.ptr(), fn.ptr(), std::move(ctx));
         if (out == nullptr) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(out);
       },
       py::arg("fn"), py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
-      py::arg("recompile_limit"));
+      py::arg("recompile_limit"), py::arg("warm_branches") = false,
+      py::arg("on_region") = py::none());
 
   m.def(
       "make_disabled",

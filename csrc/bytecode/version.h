@@ -21,4 +21,7 @@ inline bool load_global_pushes_null(int arg) { return (arg & 1) != 0; }
 inline int load_attr_name(int arg) { return kIs312 ? (arg >> 1) : arg; }
 inline bool load_attr_is_method(int arg) { return kIs312 && (arg & 1) != 0; }
 
+// FOR_ITER on an exhausted iterator pops it and jumps; 3.12 also skips the END_FOR at target.
+inline int for_iter_exhausted_pc(int target) { return kIs312 ? target + 1 : target; }
+
 }  // namespace framejit::pyver

@@ -10,6 +10,7 @@
 namespace framejit {
 
 std::string TensorMeta::to_string() const {
+  if (scalar) return "Sym(" + dtype + ")";
   std::string out = dtype + "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (i) out += ", ";

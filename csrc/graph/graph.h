@@ -16,6 +16,7 @@ struct TensorMeta {
   std::string dtype;  // short form: f32, i64, b8, ...
   std::vector<int64_t> sizes;
   std::string device;  // "cpu", "cuda:0", ...
+  bool scalar = false;  // a Python number input (dtype is "int" or "float")
 
   std::string to_string() const;  // f32[2, 3], plus " cuda:0" off the CPU
 };

@@ -55,6 +55,15 @@ Source SourceTable::global(const std::string& name) {
   return s;
 }
 
+Source SourceTable::stack(int index) {
+  Source s;
+  s.kind = SourceKind::kStack;
+  s.index = index;
+  s.text = "S[" + std::to_string(index) + "]";
+  s.name_hint = "stack" + std::to_string(index);
+  return s;
+}
+
 Source SourceTable::attr(int base, const std::string& name) const {
   Source s;
   s.kind = SourceKind::kAttr;
@@ -83,6 +92,12 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
   switch (s.kind) {
     case SourceKind::kLocal: {
       PyObject* value = frame.localsplus[s.index];  // borrowed from the frame
+      Py_XINCREF(value);
+      return value;
+    }
+    case SourceKind::kStack: {
+      if (s.index >= frame.stack_size) return nullptr;
+      PyObject* value = frame.stack[s.index];  // borrowed from the runtime's stack
       Py_XINCREF(value);
       return value;
     }

@@ -13,6 +13,7 @@ enum class SourceKind : uint8_t {
   kGlobal,  // name `key` in the frame's globals, else its builtins
   kAttr,    // getattr(slot `base`, `key`)
   kItem,    // slot `base`[`key`]
+  kStack,   // entry value stack position `index` (regions that start mid-frame)
 };
 
 struct Source {
@@ -29,6 +30,8 @@ struct FrameState {
   PyObject** localsplus = nullptr;
   PyObject* globals = nullptr;
   PyObject* builtins = nullptr;
+  PyObject* const* stack = nullptr;  // the runtime's value stack at a region entry
+  int stack_size = 0;
 };
 
 // Values of sources for one call: slot i holds a new reference to source i's value (or NULL).
@@ -74,6 +77,7 @@ class SourceTable {
 
   static Source local(int index, const std::string& name);
   static Source global(const std::string& name);
+  static Source stack(int index);
   Source attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
 

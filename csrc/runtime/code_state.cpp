@@ -61,6 +61,7 @@ void reset_all_code_states() {
   for (CodeState* state : *g_registry) {
     state->decision = CodeState::Decision::kUnknown;
     state->regions.clear();
+    state->bytecode.reset();
     state->limit_warned = false;
   }
 }

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bytecode/decode.h"
+#include "bytecode/opcodes.h"
 #include "common/py.h"
 #include "guards/guards.h"
 #include "guards/source.h"
@@ -22,28 +23,63 @@ struct CompileContext {
   py::object backend;  // backend(gm, example_inputs) -> callable
   std::string backend_name;
   bool fullgraph = false;
+  bool warm_branches = false;
   int recompile_limit = 8;
+  py::object on_region;  // None, or called with a dict per new region (framejit.explain)
 };
 
 enum class RegionKind : uint8_t {
-  kCompiled,  // run `compiled` on the inputs, rebuild the result
-  kFallback,  // these guards lead to something untraceable: CPython runs the frame
+  kCompiled,  // run the graph, rebuild the exit state, perform or resume at the exit
+  kFallback,  // these guards lead to something untraceable at the entry: CPython runs from here
 };
 
-// One straight trace from an entry pc, keyed by its guards.
+// Where a region stops and what the runtime does there. The region's graph has run and the
+// Python state (locals written into the frame, the value stack) is as CPython would have it
+// just before instruction `pc`.
+enum class ExitKind : uint8_t {
+  kReturn,   // RETURN_VALUE: the frame's result is `result`
+  kBranch,   // a jump on a value the trace could not decide: the runtime tests its truth
+  kCall,     // a call the trace could not inline: the runtime makes it (the callee's frame meets
+             // the hook), pushes the result and goes on
+  kIter,     // GET_ITER / FOR_ITER on an iterator the trace could not unroll: performed likewise
+  kDeopt,    // anything else: CPython resumes the frame at `pc`
+};
+
+const char* exit_kind_name(ExitKind kind);
+
+struct RegionExit {
+  ExitKind kind = ExitKind::kDeopt;
+  int pc = 0;         // code unit where the instruction at the exit starts (EXTENDED_ARGs first)
+  int op_pc = 0;      // code unit of its opcode: where an exception it raises is reported
+  int next_pc = 0;    // the instruction after it
+  int target_pc = 0;  // kBranch: the jump target; kIter (FOR_ITER): where exhaustion goes
+  Op op = Op::kUnknown;
+  int nargs = 0;       // kCall: positional arguments on the stack (CALL n)
+  py::object kwnames;  // kCall: keyword names (a tuple) or None
+  std::vector<std::pair<int, Rebuild>> locals;  // locals written back (kNull: deleted)
+  std::vector<Rebuild> stack;                   // the whole value stack at the exit
+  Rebuild result;                               // kReturn
+  int memo_size = 0;
+  std::string reason;  // why the trace stopped here, with the user's file:line
+};
+
+// One straight trace from an entry pc, keyed by its entry stack shape and its guards.
 struct Region {
+  int id = -1;  // unique per process, for explain() and code_stats()
   RegionKind kind = RegionKind::kFallback;
   int entry_pc = 0;
+  std::vector<bool> entry_nulls;  // per entry stack position: NULL (a callable marker)
   std::shared_ptr<CompileContext> ctx;
   SourceTable sources;
   GuardSet guards;
-  std::vector<int> input_slots;  // graph inputs, in placeholder order
-  py::object compiled;           // the backend's callable; None when the graph has no op
-  Rebuild result;
-  int graph_id = -1;             // __compiled_fn_<id>, -1 when no graph went to the backend
+  std::vector<Rebuild> inputs;  // graph inputs in placeholder order (slots, or scalar expressions)
+  py::object compiled;          // the backend's callable; None when the graph has no op
+  RegionExit exit;
+  int graph_id = -1;  // __compiled_fn_<id>, -1 when no graph went to the backend
   int graph_ops = 0;
   std::string graph_text;
-  std::string reason;            // kFallback: why, with the user's file:line
+  std::string reason;  // kFallback: why, with the user's file:line
+  bool warmed = false;  // compiled ahead of need by warm_branches
   uint64_t hits = 0;
 };
 

@@ -60,6 +60,47 @@ PyObject* fj_frame_function(FjFrame* frame) {
 
 int fj_frame_has_locals_dict(FjFrame* frame) { return as_frame(frame)->f_locals != NULL; }
 
+int fj_frame_nlocalsplus(FjFrame* frame) { return as_frame(frame)->f_code->co_nlocalsplus; }
+
+/* The instruction-pointer convention differs by version; 3.11 and 3.12 keep prev_instr, the code
+ * unit before the next instruction to run (3.13 renames it instr_ptr and points at the next). */
+static void set_next_instruction(_PyInterpreterFrame* f, int pc, int raising) {
+  /* Resuming: CPython runs prev_instr + 1 next. Raising: the error path reads the offset of the
+   * instruction that raised from prev_instr itself. */
+  f->prev_instr = _PyCode_CODE(f->f_code) + pc - (raising ? 0 : 1);
+}
+
+PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObject** stack,
+                          int n, int throwflag) {
+  _PyInterpreterFrame* f = as_frame(frame);
+  const int base = f->f_code->co_nlocalsplus;
+  for (int i = 0; i < n; ++i) {
+    f->localsplus[base + i] = stack[i]; /* stolen */
+  }
+  f->stacktop = base + n;
+  set_next_instruction(f, pc, throwflag);
+  return _PyEval_EvalFrameDefault(tstate, f, throwflag);
+}
+
+static _PyInterpreterFrame** current_frame_slot(PyThreadState* tstate) {
+  return &tstate->cframe->current_frame;
+}
+
+void fj_frame_link(PyThreadState* tstate, FjFrame* frame, int pc) {
+  _PyInterpreterFrame* f = as_frame(frame);
+  _PyInterpreterFrame** current = current_frame_slot(tstate);
+  f->previous = *current;
+  *current = f;
+  /* The instruction being performed, as CPython would show it while inside it. */
+  f->prev_instr = _PyCode_CODE(f->f_code) + pc;
+}
+
+void fj_frame_unlink(PyThreadState* tstate, FjFrame* frame) {
+  _PyInterpreterFrame* f = as_frame(frame);
+  *current_frame_slot(tstate) = f->previous;
+  f->previous = NULL;
+}
+
 int fj_tracing_active(PyThreadState* tstate) {
 #if PY_VERSION_HEX >= 0x030C0000
   return tstate->c_tracefunc != NULL || tstate->c_profilefunc != NULL;

@@ -32,6 +32,22 @@ PyObject* fj_frame_function(FjFrame* frame);
 /* Whether the frame executes with a locals dict (module and class bodies, exec). */
 int fj_frame_has_locals_dict(FjFrame* frame);
 
+/* Deopt: pushes `n` values (stolen; NULL entries allowed) onto the frame's value stack and lets
+ * CPython run the frame from code unit `pc`. With throwflag=1 the pending exception is raised at
+ * the instruction at `pc`, so the frame's own except/finally and traceback apply. Returns New or
+ * NULL. The frame's stack must be empty (it is: the runtime keeps the stack itself). */
+PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObject** stack,
+                          int n, int throwflag);
+
+/* Makes the frame the thread's current frame, with its instruction pointer at code unit `pc`,
+ * while the runtime calls out (so tracebacks, sys._getframe and logging see the user's line).
+ * Must be paired with fj_frame_unlink. */
+void fj_frame_link(PyThreadState* tstate, FjFrame* frame, int pc);
+void fj_frame_unlink(PyThreadState* tstate, FjFrame* frame);
+
+/* Number of localsplus entries (locals, cells, free variables) of the frame's code. */
+int fj_frame_nlocalsplus(FjFrame* frame);
+
 /* Whether sys.settrace / sys.setprofile is active on this thread (then frames run unchanged). */
 int fj_tracing_active(PyThreadState* tstate);
 

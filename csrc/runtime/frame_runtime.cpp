@@ -1,15 +1,17 @@
-// The frame runtime: for each frame the hook hands over, find a region whose guards pass (or
-// trace and compile one), run it, and return the frame's result; else let CPython run the frame.
+// The frame runtime: for each frame the hook hands over, chain regions from pc 0: find one whose
+// guards pass at the current pc (or trace and compile one), run its graph, write the Python state
+// back into the real frame, perform the instruction it stopped at, and go on. Whatever it does not
+// perform, CPython resumes mid-frame (deopt).
+#include "runtime/frame_runtime.h"
+
 #include <fmt/format.h>
 
-#include <atomic>
-
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "graph/fx_export.h"
 #include "graph/printer.h"
 #include "log/log.h"
 #include "runtime/eval_frame.h"
-#include "runtime/frame_runtime.h"
 #include "runtime/thread_state.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
@@ -20,7 +22,63 @@ namespace {
 
 int g_active_threads = 0;  // threads inside a compiled function (GIL-protected)
 int g_next_graph_id = 0;
+int g_next_region_id = 0;
 thread_local ThreadState t_state;
+
+// The frame's value stack between regions: owned references, NULL entries allowed.
+class ValueStack {
+ public:
+  ValueStack() = default;
+  ValueStack(const ValueStack&) = delete;
+  ValueStack& operator=(const ValueStack&) = delete;
+  ~ValueStack() { clear(); }
+
+  void clear() {
+    for (PyObject* item : items_) Py_XDECREF(item);
+    items_.clear();
+  }
+  void push(PyObject* stolen) { items_.push_back(stolen); }
+  PyObject* pop() {  // New (the stack's reference passes to the caller)
+    PyObject* top = items_.back();
+    items_.pop_back();
+    return top;
+  }
+  void drop(size_t n) {
+    for (size_t i = 0; i < n; ++i) Py_XDECREF(pop());
+  }
+  PyObject* top() const { return items_.back(); }
+  PyObject** data() { return items_.data(); }
+  size_t size() const { return items_.size(); }
+  void replace(std::vector<PyObject*> stolen) {
+    clear();
+    items_ = std::move(stolen);
+  }
+  // Hands every reference to the caller (for fj_frame_resume, which steals them).
+  std::vector<PyObject*> release() {
+    std::vector<PyObject*> out = std::move(items_);
+    items_.clear();
+    return out;
+  }
+
+ private:
+  std::vector<PyObject*> items_;
+};
+
+// One execution of one frame through the runtime.
+struct FrameRun {
+  PyThreadState* tstate;
+  FjFrame* frame;
+  PyCodeObject* code;
+  CodeState& state;
+  std::shared_ptr<CompileContext> ctx;
+  int pc = 0;
+  ValueStack stack;
+
+  FrameState frame_state() {
+    return FrameState{fj_frame_localsplus(frame), fj_frame_globals(frame),
+                      fj_frame_builtins(frame), stack.data(), static_cast<int>(stack.size())};
+  }
+};
 
 std::string code_location(PyCodeObject* code, int line) {
   const char* file = PyUnicode_AsUTF8(code->co_filename);
@@ -38,80 +96,134 @@ std::string source_line(PyCodeObject* code, int line) {
   return linecache_source(file)(line);
 }
 
-int line_of(PyCodeObject* code, const Bytecode& bytecode, int pc) {
+int line_at(PyCodeObject* code, const Bytecode& bytecode, int pc) {
   const int index = bytecode.index_at(pc);
-  if (index < 0) return code->co_firstlineno;
-  const int line = bytecode.instrs()[index].line;
+  const int line = index >= 0 ? bytecode.instrs()[index].line : -1;
   return line >= 0 ? line : code->co_firstlineno;
 }
 
-// Makes a fallback region from what a failed trace had assumed so far.
-std::unique_ptr<Region> fallback_region(Tracer& tracer, const std::shared_ptr<CompileContext>& ctx,
-                                        std::string reason) {
-  auto region = std::make_unique<Region>();
-  region->kind = RegionKind::kFallback;
-  region->ctx = ctx;
-  region->sources = std::move(tracer.sources());
-  region->guards = std::move(tracer.guards());
-  region->reason = std::move(reason);
-  return region;
+// "<why> at fn (file:line): <source text>"
+std::string located(PyCodeObject* code, const Bytecode& bytecode, int pc, const std::string& why) {
+  const int line = line_at(code, bytecode, pc);
+  return fmt::format("{} at {}: {}", why, code_location(code, line), source_line(code, line));
+}
+
+// CPython resumes the frame at `pc` with the runtime's stack (raising the pending exception there
+// if `raising`). Returns New or NULL.
+PyObject* resume(FrameRun& run, int pc, bool raising) {
+  std::vector<PyObject*> stack = run.stack.release();
+  return fj_frame_resume(run.tstate, run.frame, pc, stack.data(), static_cast<int>(stack.size()),
+                         raising ? 1 : 0);
 }
 
 void raise_fullgraph(const std::string& message) {
   PyErr_SetString(PyRefs::get().unsupported_error.ptr(), message.c_str());
 }
 
-// Traces the frame from pc 0 and compiles the graph. Returns NULL with a Python exception set
-// only for fullgraph=True failures; every other failure gives a fallback region.
-std::unique_ptr<Region> compile_region(CodeState& state, PyCodeObject* code,
-                                       const FrameState& frame,
-                                       const std::shared_ptr<CompileContext>& ctx) {
-  PauseScope pause;
-  if (!state.bytecode) state.bytecode = Bytecode::from_code(code);
-  if (log_enabled(Artifact::bytecode)) {
-    log_emit(Artifact::bytecode, fmt::format("BYTECODE {}\n{}",
-                                             code_location(code, code->co_firstlineno),
-                                             state.bytecode->to_string()));
+void report_region(const CompileContext& ctx, PyCodeObject* code, const Region& region,
+                   const Bytecode& bytecode) {
+  if (log_enabled(Artifact::regions)) {
+    log_emit(Artifact::regions,
+             fmt::format("region {} pc {} -> {} at pc {} ({}), {} graph ops{}",
+                         code_location(code, line_at(code, bytecode, region.entry_pc)),
+                         region.entry_pc, exit_kind_name(region.exit.kind), region.exit.pc,
+                         region.kind == RegionKind::kFallback ? "fallback" : "compiled",
+                         region.graph_ops, region.warmed ? ", warmed" : ""));
   }
-  Tracer tracer(code, *state.bytecode, frame);
+  if (ctx.on_region && !ctx.on_region.is_none()) {
+    py::dict info;
+    info["id"] = region.id;
+    info["code"] = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(code));
+    info["entry_pc"] = region.entry_pc;
+    info["entry_line"] = line_at(code, bytecode, region.entry_pc);
+    info["kind"] = region.kind == RegionKind::kCompiled ? "compiled" : "fallback";
+    info["exit"] = exit_kind_name(region.exit.kind);
+    info["exit_line"] = line_at(code, bytecode, region.exit.op_pc);
+    info["reason"] = region.kind == RegionKind::kFallback ? region.reason : region.exit.reason;
+    info["graph_id"] = region.graph_id;
+    info["graph"] = region.graph_text;
+    info["graph_ops"] = region.graph_ops;
+    info["warmed"] = region.warmed;
+    ctx.on_region(info);
+  }
+}
+
+std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, std::string reason) {
+  auto region = std::make_unique<Region>();
+  region->kind = RegionKind::kFallback;
+  region->entry_pc = run.pc;
+  region->entry_nulls = tracer.entry_nulls();
+  region->ctx = run.ctx;
+  region->sources = std::move(tracer.sources());
+  region->guards = std::move(tracer.guards());
+  region->exit.kind = ExitKind::kDeopt;
+  region->exit.pc = run.pc;
+  region->reason = std::move(reason);
+  return region;
+}
+
+// Traces a region from run.pc with the current state and compiles its graph. Returns nullptr with
+// a Python exception set only for fullgraph=True failures; other failures give a fallback region.
+std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
+  PauseScope pause;
+  PyCodeObject* code = run.code;
+  CodeState& state = run.state;
+  const CompileContext& ctx = *run.ctx;
+  if (!state.bytecode) {
+    state.bytecode = Bytecode::from_code(code);
+    if (log_enabled(Artifact::bytecode)) {
+      log_emit(Artifact::bytecode, fmt::format("BYTECODE {}\n{}",
+                                               code_location(code, code->co_firstlineno),
+                                               state.bytecode->to_string()));
+    }
+  }
+  const Bytecode& bytecode = *state.bytecode;
+  const FrameState fs = run.frame_state();
+  Tracer tracer(code, bytecode, fs, run.pc);
   try {
     tracer.run();
-  } catch (const Unsupported& e) {
-    const int line = line_of(code, *state.bytecode, e.pc);
-    std::string reason = fmt::format("{} [{}] at {}: {}", e.what(), break_kind_name(e.kind()),
-                                     code_location(code, line), source_line(code, line));
-    if (ctx->fullgraph) {
-      raise_fullgraph("framejit (fullgraph=True): cannot trace " + reason);
+  } catch (const InternalError& e) {
+    std::string reason = located(code, bytecode, run.pc, std::string("internal error: ") + e.what());
+    warn("framejit: " + reason + "; this part runs in plain Python");
+    return fallback_region(tracer, run, std::move(reason));
+  } catch (const py::error_already_set& e) {
+    std::string reason = located(code, bytecode, run.pc, std::string("Python error: ") + e.what());
+    warn("framejit: " + reason + "; this part runs in plain Python");
+    return fallback_region(tracer, run, std::move(reason));
+  }
+  RegionExit& exit = tracer.exit();
+  if (exit.kind != ExitKind::kReturn) {
+    const std::string where = located(code, bytecode, exit.op_pc, exit.reason);
+    if (ctx.fullgraph) {
+      raise_fullgraph("framejit (fullgraph=True): graph break: " + where);
       return nullptr;
     }
-    log_emit(Artifact::graph_breaks,
-             fmt::format("frame {} runs in plain Python: {}",
-                         code_location(code, code->co_firstlineno), reason));
-    return fallback_region(tracer, ctx, std::move(reason));
-  } catch (const InternalError& e) {
-    std::string reason = fmt::format("internal error while tracing {}: {}",
-                                     code_location(code, code->co_firstlineno), e.what());
-    warn("framejit: " + reason + "; the frame runs in plain Python");
-    return fallback_region(tracer, ctx, std::move(reason));
-  } catch (const py::error_already_set& e) {
-    std::string reason = fmt::format("Python error while tracing {}: {}",
-                                     code_location(code, code->co_firstlineno), e.what());
-    warn("framejit: " + reason + "; the frame runs in plain Python");
-    return fallback_region(tracer, ctx, std::move(reason));
+    exit.reason = where;
+    if (tracer.instructions_traced() == 0 && exit.kind == ExitKind::kDeopt) {
+      log_emit(Artifact::graph_breaks,
+               fmt::format("{} runs in plain Python from here: {}",
+                           code_location(code, code->co_firstlineno), where));
+      return fallback_region(tracer, run, where);
+    }
+    log_emit(Artifact::graph_breaks, fmt::format("graph break ({}): {}",
+                                                 exit_kind_name(exit.kind), where));
   }
 
   auto region = std::make_unique<Region>();
   region->kind = RegionKind::kCompiled;
-  region->ctx = ctx;
+  region->entry_pc = run.pc;
+  region->entry_nulls = tracer.entry_nulls();
+  region->ctx = run.ctx;
+  region->warmed = warmed;
   Graph& graph = tracer.graph();
   graph.lint();
-  region->result = tracer.result();
-  region->input_slots = tracer.input_slots();
+  region->exit = std::move(exit);
+  region->inputs = tracer.inputs();
   region->graph_ops = graph.num_calls();
   region->compiled = py::none();
   region->sources = std::move(tracer.sources());
   region->guards = std::move(tracer.guards());
-  if (region->graph_ops == 0) return region;  // nothing for a backend: rebuild from inputs only
+  if (region->graph_ops == 0) return region;  // nothing for a backend
 
   region->graph_id = g_next_graph_id++;
   region->graph_text = print_graph(graph, linecache_source(graph.filename()));
@@ -122,127 +234,361 @@ std::unique_ptr<Region> compile_region(CodeState& state, PyCodeObject* code,
   }
   if (log_enabled(Artifact::guards)) {
     log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}", region->graph_id,
-                                           code_location(code, code->co_firstlineno),
+                                           code_location(code, line_at(code, bytecode, run.pc)),
                                            region->guards.to_string(region->sources)));
   }
   // Example inputs are this call's live values; the list is dropped right after the backend
   // returns, so the cache never keeps an input tensor alive.
   try {
     SlotValues slots;
-    FJ_CHECK(region->guards.check(region->sources, frame, slots),
+    FJ_CHECK(region->guards.check(region->sources, fs, slots),
              "the guards of a fresh trace fail on the state it was traced from");
     py::object gm = export_fx(graph);
     py::list example_inputs;
-    for (int slot : region->input_slots) {
-      example_inputs.append(py::reinterpret_borrow<py::object>(slots[slot]));
+    std::vector<PyObject*> memo;
+    for (const Rebuild& input : region->inputs) {
+      PyObject* value = input.build(nullptr, slots, memo);
+      if (value == nullptr) throw py::error_already_set();
+      example_inputs.append(py::reinterpret_steal<py::object>(value));
     }
-    region->compiled = ctx->backend(gm, example_inputs);
+    region->compiled = ctx.backend(gm, example_inputs);
   } catch (const std::exception& e) {
     std::string reason = fmt::format("backend '{}' failed on __compiled_fn_{} of {}: {}",
-                                     ctx->backend_name, region->graph_id,
+                                     ctx.backend_name, region->graph_id,
                                      code_location(code, code->co_firstlineno), e.what());
-    if (ctx->fullgraph) {
-      PyErr_Clear();
+    PyErr_Clear();
+    if (ctx.fullgraph) {
       raise_fullgraph("framejit (fullgraph=True): " + reason);
       return nullptr;
     }
-    PyErr_Clear();
-    warn("framejit: " + reason + "; the frame runs in plain Python");
+    warn("framejit: " + reason + "; this part runs in plain Python");
     region->kind = RegionKind::kFallback;
     region->reason = std::move(reason);
     region->compiled = py::none();
+    region->exit = RegionExit();
+    region->exit.pc = run.pc;
   }
   return region;
 }
 
-// Runs a compiled region on the slot values its guards read. Returns New or NULL.
-PyObject* run_region(Region& region, const SlotValues& slots) {
-  ++region.hits;
-  if (region.graph_ops == 0) return region.result.build(nullptr, slots);
-  // Hot path: raw vectorcall, inputs borrowed from the slots.
+// Runs the region's graph on its inputs. Returns the outputs (New), Py_None for a region without
+// graph, or NULL with an exception set.
+PyObject* run_graph(Region& region, const SlotValues& slots) {
+  if (region.graph_ops == 0) Py_RETURN_NONE;
+  // Hot path: raw vectorcall, slot inputs borrowed, computed scalars owned until the call ends.
   constexpr size_t kInline = 16;
   PyObject* inline_args[kInline];
   std::vector<PyObject*> heap_args;
+  std::vector<PyObject*> owned;
+  std::vector<PyObject*> memo;
+  const size_t n = region.inputs.size();
   PyObject** args = inline_args;
-  const size_t n = region.input_slots.size();
   if (n > kInline) {
     heap_args.resize(n);
     args = heap_args.data();
   }
-  for (size_t i = 0; i < n; ++i) args[i] = slots[region.input_slots[i]];
+  for (size_t i = 0; i < n; ++i) {
+    const Rebuild& input = region.inputs[i];
+    if (input.kind == Rebuild::Kind::kSlot) {
+      args[i] = slots[input.index];
+      continue;
+    }
+    args[i] = input.build(nullptr, slots, memo);
+    if (args[i] == nullptr) {
+      for (PyObject* o : owned) Py_DECREF(o);
+      return nullptr;
+    }
+    owned.push_back(args[i]);
+  }
   PyObject* outputs;
   {
     PauseScope pause;
     outputs = PyObject_Vectorcall(region.compiled.ptr(), args, n, nullptr);  // New
   }
-  if (outputs == nullptr) return nullptr;
-  if (!PyTuple_Check(outputs) && !PyList_Check(outputs)) {
+  for (PyObject* o : owned) Py_DECREF(o);
+  if (outputs != nullptr && !PyTuple_Check(outputs) && !PyList_Check(outputs)) {
     PyErr_Format(PyExc_TypeError,
                  "framejit: backend '%s' returned %s from a compiled graph, expected a tuple",
                  region.ctx->backend_name.c_str(), Py_TYPE(outputs)->tp_name);
-    Py_DECREF(outputs);
-    return nullptr;
+    Py_CLEAR(outputs);
   }
-  PyObject* result = region.result.build(outputs, slots);
-  Py_DECREF(outputs);
-  return result;
+  return outputs;
 }
 
-PyObject* handle_frame(PyThreadState* tstate, FjFrame* frame, CodeState& state,
-                       PyCodeObject* code) {
-  ThreadState& ts = t_state;
-  CompileContext* ctx = ts.ctx;
-  const FrameState fs{fj_frame_localsplus(frame), fj_frame_globals(frame),
-                      fj_frame_builtins(frame)};
-  SlotValues slots;
-  int tried = 0;
-  for (auto& region : state.regions) {
-    if (region->ctx.get() != ctx) continue;
-    ++tried;
-    if (!region->guards.check(region->sources, fs, slots)) continue;
-    if (region->kind == RegionKind::kFallback) {
-      slots.clear();
-      return fj_eval_default(tstate, frame, 0);
+// Writes the exit's locals into the frame and replaces the value stack. False on error.
+bool write_exit_state(FrameRun& run, const RegionExit& exit, PyObject* outputs,
+                      const SlotValues& slots, std::vector<PyObject*>& memo) {
+  PyObject** localsplus = fj_frame_localsplus(run.frame);
+  std::vector<std::pair<int, PyObject*>> locals;
+  std::vector<PyObject*> stack;
+  auto release = [&]() {
+    for (auto& entry : locals) Py_XDECREF(entry.second);
+    for (PyObject* item : stack) Py_XDECREF(item);
+  };
+  // Build everything first: rebuilds read slots, never the frame, so order does not matter,
+  // but a failure must leave the frame as it was.
+  for (const auto& [index, rebuild] : exit.locals) {
+    PyObject* value = rebuild.build(outputs, slots, memo);
+    if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) {
+      release();
+      return false;
     }
-    return run_region(*region, slots);
+    locals.emplace_back(index, value);
+  }
+  for (const Rebuild& rebuild : exit.stack) {
+    PyObject* value = rebuild.build(outputs, slots, memo);
+    if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) {
+      release();
+      return false;
+    }
+    stack.push_back(value);
+  }
+  for (auto& [index, value] : locals) {
+    PyObject* old = localsplus[index];
+    localsplus[index] = value;  // the frame owns it now
+    Py_XDECREF(old);
+  }
+  run.stack.replace(std::move(stack));
+  return true;
+}
+
+Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int& tried) {
+  tried = 0;
+  for (auto& region : run.state.regions) {
+    if (region->entry_pc != run.pc || region->ctx != run.ctx) continue;
+    ++tried;
+    if (region->entry_nulls.size() != run.stack.size()) continue;
+    bool nulls_match = true;
+    for (size_t i = 0; i < run.stack.size() && nulls_match; ++i) {
+      nulls_match = region->entry_nulls[i] == (run.stack.data()[i] == nullptr);
+    }
+    if (!nulls_match) continue;
+    if (region->guards.check(region->sources, fs, slots)) return region.get();
   }
   slots.clear();
-  if (tried >= ctx->recompile_limit) {
-    if (!state.limit_warned) {
-      state.limit_warned = true;
-      warn(fmt::format("framejit: {} hit recompile_limit ({}); it now runs in plain Python for "
-                       "inputs that match none of its {} compiled versions",
-                       code_location(code, code->co_firstlineno), ctx->recompile_limit, tried));
-    }
-    return fj_eval_default(tstate, frame, 0);
+  return nullptr;
+}
+
+bool has_region_at(FrameRun& run, int pc) {
+  for (auto& region : run.state.regions) {
+    if (region->entry_pc == pc && region->ctx == run.ctx) return true;
   }
-  if (tried > 0 && log_enabled(Artifact::recompiles)) {
-    for (auto& region : state.regions) {
-      if (region->ctx.get() != ctx) continue;
-      std::string failure;
-      {
-        PauseScope pause;
-        failure = region->guards.first_failure(region->sources, fs);
-      }
-      log_emit(Artifact::recompiles,
-               fmt::format("Recompiling {}\n    triggered by the guard failure: {}",
-                           code_location(code, code->co_firstlineno), failure));
+  return false;
+}
+
+// warm_branches: traces and compiles the side of a branch this call does not take, from the
+// state at the branch (the same locals, and the stack the other side would have).
+void warm_other_side(FrameRun& run, int other_pc, bool other_keeps_condition) {
+  if (!run.ctx->warm_branches || has_region_at(run, other_pc)) return;
+  PyObject* condition = nullptr;
+  if (!other_keeps_condition) condition = run.stack.pop();
+  const int taken_pc = run.pc;
+  run.pc = other_pc;
+  std::unique_ptr<Region> region = compile_region(run, /*warmed=*/true);
+  run.pc = taken_pc;
+  if (condition) run.stack.push(condition);
+  if (region == nullptr) {  // fullgraph error while warming: reported when that side runs
+    PyErr_Clear();
+    return;
+  }
+  region->id = g_next_region_id++;
+  report_region(*run.ctx, run.code, *region, *run.state.bytecode);
+  run.state.regions.push_back(std::move(region));
+}
+
+// The branch at a kBranch exit: its condition is on top of the stack. False on error.
+bool perform_branch(FrameRun& run, const RegionExit& exit) {
+  const int truth = PyObject_IsTrue(run.stack.top());
+  if (truth < 0) return false;
+  bool jump_if = true;
+  bool pops_always = true;
+  switch (exit.op) {
+    case Op::POP_JUMP_FORWARD_IF_FALSE:
+    case Op::POP_JUMP_BACKWARD_IF_FALSE:
+    case Op::POP_JUMP_IF_FALSE:
+      jump_if = false;
       break;
+    case Op::JUMP_IF_TRUE_OR_POP:
+      pops_always = false;
+      break;
+    case Op::JUMP_IF_FALSE_OR_POP:
+      jump_if = false;
+      pops_always = false;
+      break;
+    default:
+      break;
+  }
+  const bool jumps = (truth == 1) == jump_if;
+  const int taken = jumps ? exit.target_pc : exit.next_pc;
+  const int other = jumps ? exit.next_pc : exit.target_pc;
+  // X_OR_POP keeps the value on the side that jumps.
+  const bool other_keeps = !pops_always && !jumps;
+  warm_other_side(run, other, other_keeps);
+  if (pops_always || !jumps) run.stack.drop(1);
+  run.pc = taken;
+  return true;
+}
+
+// The call at a kCall exit, with the frame linked as the current frame at the call's line.
+bool perform_call(FrameRun& run, const RegionExit& exit) {
+  PyObject* result = nullptr;
+  fj_frame_link(run.tstate, run.frame, exit.op_pc);
+  size_t consumed;
+  if (exit.nargs >= 0) {
+    // [NULL | method, callable | self, args...]
+    const size_t n = static_cast<size_t>(exit.nargs);
+    PyObject** base = run.stack.data() + run.stack.size() - n - 2;
+    const bool method = base[0] != nullptr;
+    PyObject* callable = method ? base[0] : base[1];
+    PyObject** args = method ? base + 1 : base + 2;
+    const size_t total = method ? n + 1 : n;
+    PyObject* kwnames = exit.kwnames.is_none() ? nullptr : exit.kwnames.ptr();
+    const size_t positional = total - (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    result = PyObject_Vectorcall(callable, args, positional, kwnames);  // New
+    consumed = n + 2;
+  } else {
+    // CALL_FUNCTION_EX: [NULL, callable, args, (kwargs)]
+    const bool has_kwargs = exit.nargs == -2;
+    PyObject** base = run.stack.data() + run.stack.size() - (has_kwargs ? 4 : 3);
+    PyObject* args = PySequence_Tuple(base[2]);  // New
+    PyObject* kwargs = nullptr;
+    if (args != nullptr && has_kwargs && base[3] != nullptr) {
+      kwargs = PyDict_New();  // New
+      if (kwargs != nullptr && PyDict_Update(kwargs, base[3]) < 0) Py_CLEAR(kwargs);
     }
+    if (args != nullptr && (!has_kwargs || kwargs != nullptr || base[3] == nullptr)) {
+      result = PyObject_Call(base[1], args, kwargs);  // New
+    }
+    Py_XDECREF(args);
+    Py_XDECREF(kwargs);
+    consumed = has_kwargs ? 4 : 3;
   }
-  std::unique_ptr<Region> region = compile_region(state, code, fs, ts.ctx_owner);
-  if (region == nullptr) return nullptr;  // fullgraph error set
-  Region* raw = region.get();
-  state.regions.push_back(std::move(region));
-  if (raw->kind == RegionKind::kFallback) return fj_eval_default(tstate, frame, 0);
-  if (!raw->guards.check(raw->sources, fs, slots)) {
-    raw->kind = RegionKind::kFallback;
-    raw->reason = "internal error: guards fail on the state they were traced from";
-    warn("framejit: " + raw->reason + " in " + code_location(code, code->co_firstlineno));
+  fj_frame_unlink(run.tstate, run.frame);
+  if (result == nullptr) return false;
+  run.stack.drop(consumed);
+  run.stack.push(result);
+  run.pc = exit.next_pc;
+  return true;
+}
+
+// GET_ITER / FOR_ITER at a kIter exit.
+bool perform_iter(FrameRun& run, const RegionExit& exit) {
+  if (exit.op == Op::GET_ITER) {
+    PyObject* iterator = PyObject_GetIter(run.stack.top());  // New
+    if (iterator == nullptr) return false;
+    run.stack.drop(1);
+    run.stack.push(iterator);
+    run.pc = exit.next_pc;
+    return true;
+  }
+  PyObject* iterator = run.stack.top();
+  fj_frame_link(run.tstate, run.frame, exit.op_pc);
+  PyObject* next = (*Py_TYPE(iterator)->tp_iternext)(iterator);  // New or NULL
+  fj_frame_unlink(run.tstate, run.frame);
+  if (next != nullptr) {
+    run.stack.push(next);
+    run.pc = exit.next_pc;
+    return true;
+  }
+  if (PyErr_Occurred()) {
+    if (!PyErr_ExceptionMatches(PyExc_StopIteration)) return false;
+    PyErr_Clear();
+  }
+  run.stack.drop(1);
+  run.pc = pyver::for_iter_exhausted_pc(exit.target_pc);
+  return true;
+}
+
+PyObject* run_frame(FrameRun& run) {
+  CodeState& state = run.state;
+  const CompileContext& ctx = *run.ctx;
+  while (true) {
+    const FrameState fs = run.frame_state();
+    SlotValues slots;
+    int tried = 0;
+    Region* region = find_region(run, fs, slots, tried);
+    if (region == nullptr) {
+      if (tried >= ctx.recompile_limit) {
+        if (!state.limit_warned) {
+          state.limit_warned = true;
+          warn(fmt::format("framejit: {} hit recompile_limit ({}) at pc {}; from there it runs in "
+                           "plain Python for inputs that match none of its {} compiled versions",
+                           code_location(run.code, run.code->co_firstlineno), ctx.recompile_limit,
+                           run.pc, tried));
+        }
+        return resume(run, run.pc, false);
+      }
+      if (tried > 0 && log_enabled(Artifact::recompiles)) {
+        for (auto& r : state.regions) {
+          if (r->entry_pc != run.pc || r->ctx != run.ctx) continue;
+          std::string failure;
+          {
+            PauseScope pause;
+            failure = r->guards.first_failure(r->sources, fs);
+          }
+          log_emit(Artifact::recompiles,
+                   fmt::format("Recompiling {} at pc {}\n    triggered by the guard failure: {}",
+                               code_location(run.code, run.code->co_firstlineno), run.pc,
+                               failure.empty() ? "value stack shape" : failure));
+          break;
+        }
+      }
+      std::unique_ptr<Region> fresh = compile_region(run, /*warmed=*/false);
+      if (fresh == nullptr) return nullptr;  // fullgraph error set
+      fresh->id = g_next_region_id++;
+      report_region(ctx, run.code, *fresh, *state.bytecode);
+      region = fresh.get();
+      state.regions.push_back(std::move(fresh));
+      if (region->kind == RegionKind::kCompiled &&
+          !region->guards.check(region->sources, fs, slots)) {
+        region->kind = RegionKind::kFallback;
+        region->reason = "internal error: guards fail on the state they were traced from";
+        warn("framejit: " + region->reason + " in " +
+             code_location(run.code, run.code->co_firstlineno));
+      }
+    }
+    ++region->hits;
+    if (region->kind == RegionKind::kFallback) {
+      slots.clear();
+      return resume(run, run.pc, false);
+    }
+    PyObject* outputs = run_graph(*region, slots);
+    if (outputs == nullptr) {
+      // The graph raised: report it at the region's first instruction, in the user's frame.
+      slots.clear();
+      return resume(run, state.bytecode->at(run.pc).offset, true);
+    }
+    const RegionExit& exit = region->exit;
+    MemoTable memo(static_cast<size_t>(exit.memo_size));
+    if (exit.kind == ExitKind::kReturn) {
+      PyObject* result = exit.result.build(outputs, slots, memo.objects());
+      Py_DECREF(outputs);
+      return result;
+    }
+    const bool written = write_exit_state(run, exit, outputs, slots, memo.objects());
+    Py_DECREF(outputs);
     slots.clear();
-    return fj_eval_default(tstate, frame, 0);
+    if (!written) return nullptr;
+    bool ok = true;
+    switch (exit.kind) {
+      case ExitKind::kDeopt:
+        return resume(run, exit.pc, false);
+      case ExitKind::kBranch:
+        ok = perform_branch(run, exit);
+        break;
+      case ExitKind::kCall:
+        ok = perform_call(run, exit);
+        break;
+      case ExitKind::kIter:
+        ok = perform_iter(run, exit);
+        break;
+      case ExitKind::kReturn:
+        break;
+    }
+    // The instruction raised: CPython raises it again at that instruction, with the stack as it
+    // was before it, so the frame's own except/finally run and the traceback shows this line.
+    if (!ok) return resume(run, exit.op_pc, true);
   }
-  return run_region(*raw, slots);
 }
 
 }  // namespace
@@ -286,12 +632,21 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
     if (state->decision == CodeState::Decision::kSkip) {
       return fj_eval_default(tstate, frame, throwflag);
     }
-    return handle_frame(tstate, frame, *state, code);
   } catch (const std::exception& e) {
-    // Nothing of the frame has run yet: CPython can still run all of it.
     PyErr_Clear();
     warn(std::string("framejit: internal error in the frame hook: ") + e.what());
-    if (state) state->decision = CodeState::Decision::kSkip;
     return fj_eval_default(tstate, frame, throwflag);
+  }
+  FrameRun run{tstate, frame, code, *state, ts.ctx_owner};
+  try {
+    return run_frame(run);
+  } catch (const std::exception& e) {
+    // Regions already run have written their state into the frame: CPython goes on from the
+    // current pc, never from the start, so nothing runs twice.
+    PyErr_Clear();
+    warn(std::string("framejit: internal error in the frame runtime: ") + e.what() +
+         "; the rest of the frame runs in plain Python");
+    state->decision = CodeState::Decision::kSkip;
+    return resume(run, run.pc, false);
   }
 }

@@ -1,4 +1,4 @@
-// Building return values from graph outputs: raw CPython API, runs on every call.
+// Building Python values at a region's exit: raw CPython API, runs on every call.
 #include "runtime/rebuild.h"
 
 #include "common/check.h"
@@ -22,45 +22,82 @@ PyObject* make_tuple_of_type(PyObject* items, PyObject* type) {
 
 }  // namespace
 
-PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots) const {
+Rebuild Rebuild::slot(int index) {
+  Rebuild r;
+  r.kind = Kind::kSlot;
+  r.index = index;
+  return r;
+}
+
+Rebuild Rebuild::constant(py::object value) {
+  Rebuild r;
+  r.kind = Kind::kConst;
+  r.value = std::move(value);
+  return r;
+}
+
+Rebuild Rebuild::call(py::object fn, std::vector<Rebuild> args) {
+  Rebuild r;
+  r.kind = Kind::kCall;
+  r.value = std::move(fn);
+  r.items = std::move(args);
+  return r;
+}
+
+PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
+                         std::vector<PyObject*>& memo_objects) const {
+  if (memo >= 0 && memo_objects[memo] != nullptr) {
+    Py_INCREF(memo_objects[memo]);
+    return memo_objects[memo];
+  }
+  PyObject* out = nullptr;
   switch (kind) {
-    case Kind::kOutput: {
-      PyObject* value = PySequence_Fast_GET_ITEM(outputs, index);  // borrowed
-      Py_INCREF(value);
-      return value;
-    }
-    case Kind::kSlot: {
-      PyObject* value = slots[index];
-      Py_INCREF(value);
-      return value;
-    }
+    case Kind::kOutput:
+      out = PySequence_Fast_GET_ITEM(outputs, index);  // borrowed
+      Py_INCREF(out);
+      break;
+    case Kind::kSlot:
+      out = slots[index];
+      Py_INCREF(out);
+      break;
     case Kind::kConst:
-      Py_INCREF(value.ptr());
-      return value.ptr();
+      out = value.ptr();
+      Py_INCREF(out);
+      break;
+    case Kind::kNull:
+      return nullptr;
     case Kind::kTuple:
-    case Kind::kList: {
+    case Kind::kList:
+    case Kind::kCall: {
       const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
-      PyObject* out = kind == Kind::kTuple ? PyTuple_New(n) : PyList_New(n);  // New
+      out = kind == Kind::kList ? PyList_New(n) : PyTuple_New(n);  // New
       if (out == nullptr) return nullptr;
       for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = items[i].build(outputs, slots);
+        PyObject* item = items[i].build(outputs, slots, memo_objects);
         if (item == nullptr) {
           Py_DECREF(out);
           return nullptr;
         }
-        if (kind == Kind::kTuple) {
-          PyTuple_SET_ITEM(out, i, item);  // steals item
-        } else {
+        if (kind == Kind::kList) {
           PyList_SET_ITEM(out, i, item);  // steals item
+        } else {
+          PyTuple_SET_ITEM(out, i, item);  // steals item
         }
       }
-      return kind == Kind::kTuple ? make_tuple_of_type(out, value.ptr()) : out;
+      if (kind == Kind::kTuple) out = make_tuple_of_type(out, value.ptr());
+      if (kind == Kind::kCall) {
+        PyObject* args = out;
+        out = PyObject_Call(value.ptr(), args, nullptr);  // New
+        Py_DECREF(args);
+      }
+      if (out == nullptr) return nullptr;
+      break;
     }
     case Kind::kDict: {
-      PyObject* out = PyDict_New();  // New
+      out = PyDict_New();  // New
       if (out == nullptr) return nullptr;
       for (size_t i = 0; i < items.size(); ++i) {
-        PyObject* item = items[i].build(outputs, slots);
+        PyObject* item = items[i].build(outputs, slots, memo_objects);
         if (item == nullptr || PyDict_SetItem(out, keys[i].ptr(), item) < 0) {
           Py_XDECREF(item);
           Py_DECREF(out);
@@ -68,11 +105,14 @@ PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots) const {
         }
         Py_DECREF(item);
       }
-      return out;
+      break;
     }
   }
-  PyErr_SetString(PyExc_SystemError, "framejit: bad rebuild kind");
-  return nullptr;
+  if (memo >= 0) {
+    Py_INCREF(out);
+    memo_objects[memo] = out;
+  }
+  return out;
 }
 
 std::string Rebuild::to_string() const {
@@ -80,10 +120,13 @@ std::string Rebuild::to_string() const {
     case Kind::kOutput: return "out[" + std::to_string(index) + "]";
     case Kind::kSlot: return "slot[" + std::to_string(index) + "]";
     case Kind::kConst: return safe_repr(value);
+    case Kind::kNull: return "NULL";
     case Kind::kTuple:
     case Kind::kList:
-    case Kind::kDict: {
+    case Kind::kDict:
+    case Kind::kCall: {
       std::string out = kind == Kind::kList ? "[" : kind == Kind::kDict ? "{" : "(";
+      if (kind == Kind::kCall) out = safe_repr(value) + "(";
       for (size_t i = 0; i < items.size(); ++i) {
         if (i) out += ", ";
         if (kind == Kind::kDict) out += safe_repr(keys[i]) + ": ";

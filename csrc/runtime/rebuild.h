@@ -1,4 +1,5 @@
-// How a region rebuilds Python values (its return value) from graph outputs, sources, constants.
+// How a region rebuilds Python values (its return value, the locals and value stack at its
+// exit, scalar graph inputs) from graph outputs, sources and constants.
 #pragma once
 
 #include <string>
@@ -12,23 +13,48 @@ namespace framejit {
 struct Rebuild {
   enum class Kind : uint8_t {
     kOutput,  // graph output `index`
-    kSlot,    // the value of source slot `index` (an input returned as it is)
+    kSlot,    // the value of source slot `index` (an entry value passed on as it is)
     kConst,   // `value`
     kTuple,   // `items`, made into `value` (tuple, namedtuple, structseq type)
     kList,
     kDict,    // `keys` -> `items`
+    kCall,    // value(*items): Python arithmetic on numbers, iter(...) of a materialised iterator
+    kNull,    // a NULL stack entry (CPython's marker before a callable)
   };
   Kind kind = Kind::kConst;
   int index = -1;
+  // >= 0: the built object is kept in the call's memo at this index and reused, so a list held
+  // by two locals is still one list after the exit.
+  int memo = -1;
   py::object value;
   std::vector<Rebuild> items;
   std::vector<py::object> keys;
 
-  // Borrowed: outputs (a tuple or list; may be NULL when the region has no graph), slots.
-  // Returns a new reference, or NULL with an exception set.
-  PyObject* build(PyObject* outputs, const SlotValues& slots) const;
+  static Rebuild slot(int index);
+  static Rebuild constant(py::object value);
+  static Rebuild call(py::object fn, std::vector<Rebuild> args);
 
-  std::string to_string() const;  // "(out[0], L['x'], 3)"
+  // Borrowed: outputs (a tuple or list; may be NULL when the region has no graph), slots.
+  // `memo` has one entry per memo index (owned references, NULL until built). Returns a new
+  // reference, or NULL with an exception set (kNull returns NULL with no exception).
+  PyObject* build(PyObject* outputs, const SlotValues& slots, std::vector<PyObject*>& memo) const;
+
+  std::string to_string() const;  // "(out[0], slot[1], 3)"
+};
+
+// Owned references to memoised objects of one exit; released on scope exit.
+class MemoTable {
+ public:
+  explicit MemoTable(size_t n) : objects_(n, nullptr) {}
+  ~MemoTable() {
+    for (PyObject* obj : objects_) Py_XDECREF(obj);
+  }
+  MemoTable(const MemoTable&) = delete;
+  MemoTable& operator=(const MemoTable&) = delete;
+  std::vector<PyObject*>& objects() { return objects_; }
+
+ private:
+  std::vector<PyObject*> objects_;
 };
 
 }  // namespace framejit

@@ -23,9 +23,12 @@ py::object type_of(const ValuePtr& value) {
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kConst:
     case VKind::kObject:
+    case VKind::kSymNum:
       return borrow(Py_TYPE(value->obj.ptr()));
     case VKind::kTuple:
       return value->pytype;
+    case VKind::kIter:
+      FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
     case VKind::kList:
       return borrow(&PyList_Type);
     case VKind::kDict:
@@ -205,6 +208,26 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == "torch") {
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
+  }
+  if (kind == "builtin" && !any_tensor(args, kwargs)) {
+    bool symbolic = false;
+    for (const auto& a : args) symbolic = symbolic || a->kind == VKind::kSymNum;
+    if (symbolic && kwargs.empty()) {
+      // A pure builtin of numbers known only at run time (float(s), round(s, 2), max(s, 0)).
+      py::list values;
+      for (const auto& a : args) {
+        if (a->kind != VKind::kSymNum && !a->is_const()) {
+          FJ_UNSUPPORTED(kUnsupportedCall, "{}() of {}", callable_name(callable), a->describe());
+        }
+        values.append(a->obj);
+      }
+      try {
+        return Value::sym_num(callable, std::move(args), callable(*py::tuple(values)));
+      } catch (const py::error_already_set& e) {
+        FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
+                       e.what());
+      }
+    }
   }
   if (kind == "query" || (kind == "builtin" && !any_tensor(args, kwargs))) {
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {

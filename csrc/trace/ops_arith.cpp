@@ -54,9 +54,30 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
   }
+  bool symbolic = false;
   for (const auto& a : args) {
+    if (a->kind == VKind::kSymNum) {
+      symbolic = true;
+      continue;
+    }
     if (!foldable(a)) {
       FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {}", op.fn, a->describe());
+    }
+  }
+  if (symbolic) {
+    // Arithmetic on numbers known only at run time: recorded, computed again at each exit.
+    for (const auto& a : args) {
+      if (a->kind != VKind::kSymNum && !PyNumber_Check(a->obj.ptr())) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {}", op.fn, a->describe());
+      }
+    }
+    py::object fn = PyRefs::get().operator_module.attr(op.fn);
+    py::list values;
+    for (const auto& a : args) values.append(a->obj);
+    try {
+      return Value::sym_num(fn, args, fn(*py::tuple(values)));
+    } catch (const py::error_already_set& e) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} raised at trace time: {}", op.fn, e.what());
     }
   }
   return fold(op.fn, args);

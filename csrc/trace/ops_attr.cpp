@@ -17,7 +17,33 @@ void push_method(Tracer& t, const std::string& name) {
                              self->kind == VKind::kDict ||
                              (self->kind == VKind::kObject && PyDict_CheckExact(self->obj.ptr()));
   if (bound_to_self) {
-    ValuePtr method = Value::object(py::none());
+    // CPython pushes the function found on the type, then self; keep the same object so the
+    // runtime can make the call, or CPython resume, with the stack it expects.
+    py::object type;
+    switch (self->kind) {
+      case VKind::kTensor:
+        type = self->pytype ? self->pytype : PyRefs::get().tensor_type;
+        break;
+      case VKind::kList:
+        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
+        break;
+      case VKind::kDict:
+        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
+        break;
+      case VKind::kTuple:
+        type = self->pytype;
+        break;
+      default:
+        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
+    }
+    py::object function = py::getattr(type, name.c_str(), py::none());
+    if (function.is_none() ||
+        !PyType_HasFeature(Py_TYPE(function.ptr()), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
+      t.push(self);
+      FJ_UNSUPPORTED(kUnsupportedValue, "method {} of {} is not a plain method", name,
+                     self->describe());
+    }
+    ValuePtr method = Value::object(function);
     method->method = name;
     t.push(method);
     t.push(self);

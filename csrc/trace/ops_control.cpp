@@ -1,5 +1,6 @@
 // Opcode handlers: jumps. Conditions known at trace time are followed; a condition on a
 // tensor's value stops the trace (the graph-break issue turns that into a region exit).
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/tracer.h"
 
@@ -37,6 +38,45 @@ void op_jump_or_pop(Tracer& t, const Instr& i) {
   }
 }
 
+// iter(x) for sequences the trace knows element by element: the loop is unrolled.
+void op_get_iter(Tracer& t, const Instr&) {
+  ValuePtr seq = t.peek();
+  std::vector<ValuePtr> items;
+  if (seq->kind == VKind::kIter) return;
+  if (seq->is_sequence()) {
+    items = seq->items;
+  } else if (seq->kind == VKind::kDict) {
+    for (const auto& key : seq->keys) items.push_back(Value::constant(key));
+  } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyRange_Check(seq->obj.ptr()) ||
+                                 PyUnicode_Check(seq->obj.ptr()))) {
+    for (py::handle item : seq->obj) {
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "iterating over {} is not traced yet", seq->describe());
+  }
+  t.pop();
+  t.push(Value::iter(std::move(items)));
+}
+
+void op_for_iter(Tracer& t, const Instr& i) {
+  ValuePtr it = t.peek();
+  if (it->kind != VKind::kIter) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "next() of {} is not traced yet", it->describe());
+  }
+  if (it->index < it->items.size()) {
+    t.push(it->items[it->index++]);
+    return;
+  }
+  t.pop();
+  t.jump(pyver::for_iter_exhausted_pc(i.target));
+}
+
+void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pops two values
+  t.pop();
+  t.pop();
+}
+
 }  // namespace
 
 void register_control_ops(HandlerTable& table) {
@@ -58,6 +98,9 @@ void register_control_ops(HandlerTable& table) {
   set(Op::POP_JUMP_IF_NOT_NONE, op_pop_jump_if_none<false>);
   set(Op::JUMP_IF_TRUE_OR_POP, op_jump_or_pop<true>);
   set(Op::JUMP_IF_FALSE_OR_POP, op_jump_or_pop<false>);
+  set(Op::GET_ITER, op_get_iter);
+  set(Op::FOR_ITER, op_for_iter);
+  set(Op::END_FOR, op_end_for);
 }
 
 }  // namespace framejit

@@ -2,6 +2,8 @@
 // output metadata, the real device inferred beside it, and one graph node per call.
 #include <fmt/format.h>
 
+#include <functional>
+
 #include "common/check.h"
 #include "guards/tensor_check.h"
 #include "trace/pyrefs.h"
@@ -22,6 +24,7 @@ std::string error_summary(const py::error_already_set& error) {
 
 py::object meta_value(const ValuePtr& value) {
   switch (value->kind) {
+    case VKind::kSymNum:  // a scalar graph input: its trace-time value gives the metadata
     case VKind::kTensor:
     case VKind::kConst:
     case VKind::kObject:
@@ -45,13 +48,18 @@ py::object meta_value(const ValuePtr& value) {
       return value->pytype(py::tuple(items));
     }
     case VKind::kNull:
+    case VKind::kIter:
       break;
   }
-  throw InternalError("NULL passed to a call");
+  FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
 }
 
 Arg arg_of(const ValuePtr& value) {
   switch (value->kind) {
+    case VKind::kSymNum:
+      FJ_CHECK(value->node != nullptr, "number {} reached a graph call unlowered",
+               value->describe());
+      return Arg::of(value->node);
     case VKind::kTensor:
       return Arg::of(value->node);
     case VKind::kConst:
@@ -83,9 +91,10 @@ Arg arg_of(const ValuePtr& value) {
       return Arg::dict(std::move(keys), std::move(items));
     }
     case VKind::kNull:
+    case VKind::kIter:
       break;
   }
-  throw InternalError("NULL passed to a call");
+  FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
 }
 
 void collect_tensor_devices(const ValuePtr& value, std::vector<py::object>& out) {
@@ -153,6 +162,29 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   PyRefs& refs = PyRefs::get();
   const bool is_method = kind == NodeKind::kCallMethod;
   const std::string target_text = is_method ? method : refs.target_text(fn);
+  // Numbers known only at run time: a float becomes a graph input; an int is pinned, since ints
+  // passed to torch are often sizes or dims that decide the output's shape.
+  std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
+    if (v->kind == VKind::kSymNum) {
+      return PyFloat_CheckExact(v->obj.ptr()) ? scalar_input(v) : specialize(v);
+    }
+    if ((v->kind == VKind::kTuple || v->kind == VKind::kList) && !v->items.empty()) {
+      bool changed = false;
+      std::vector<ValuePtr> items;
+      for (const auto& item : v->items) {
+        items.push_back(lower(item));
+        changed = changed || items.back() != item;
+      }
+      if (!changed) return v;
+      ValuePtr copy = std::make_shared<Value>(*v);
+      copy->items = std::move(items);
+      copy->source = -1;
+      return copy;
+    }
+    return v;
+  };
+  for (auto& arg : args) arg = lower(arg);
+  for (auto& kw : kwargs) kw.second = lower(kw.second);
 
   // Device arguments become "meta" for the meta call; the real device is tracked beside it.
   py::object explicit_device;

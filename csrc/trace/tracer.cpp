@@ -1,5 +1,5 @@
 // The tracer's core: the instruction loop, locals and globals, wrapping entry-state values
-// (with their guards), and turning the returned value into graph outputs plus a Rebuild.
+// (with their guards), and the exit: graph outputs plus how to rebuild the Python state.
 #include "trace/tracer.h"
 
 #include <fmt/format.h>
@@ -58,31 +58,87 @@ bool is_identity_object(PyObject* obj) {
          Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type;
 }
 
+bool is_jump(Op op) {
+  switch (op) {
+    case Op::POP_JUMP_FORWARD_IF_TRUE:
+    case Op::POP_JUMP_BACKWARD_IF_TRUE:
+    case Op::POP_JUMP_IF_TRUE:
+    case Op::POP_JUMP_FORWARD_IF_FALSE:
+    case Op::POP_JUMP_BACKWARD_IF_FALSE:
+    case Op::POP_JUMP_IF_FALSE:
+    case Op::JUMP_IF_TRUE_OR_POP:
+    case Op::JUMP_IF_FALSE_OR_POP:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void collect_leaves(const ValuePtr& value, std::vector<ValuePtr>& out) {
+  if (value->kind != VKind::kSymNum) return;
+  if (!value->fn) {
+    out.push_back(value);
+    return;
+  }
+  for (const auto& item : value->items) collect_leaves(item, out);
+}
+
 }  // namespace
 
-Tracer::Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame)
+const char* exit_kind_name(ExitKind kind) {
+  switch (kind) {
+    case ExitKind::kReturn: return "return";
+    case ExitKind::kBranch: return "branch";
+    case ExitKind::kCall: return "call";
+    case ExitKind::kIter: return "iterate";
+    case ExitKind::kDeopt: return "deopt";
+  }
+  return "?";
+}
+
+Tracer::Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
+               int entry_pc)
     : code_(code),
       bytecode_(bytecode),
       frame_(frame),
+      entry_pc_(entry_pc),
       graph_(code_string(code->co_filename), code_string(code->co_qualname),
              code->co_firstlineno) {
   locals_.resize(static_cast<size_t>(code->co_nlocalsplus));
+  dirty_.resize(locals_.size(), false);
 }
 
 Tracer::~Tracer() {
   for (PyObject* value : live_) Py_XDECREF(value);
 }
 
+void Tracer::wrap_entry_stack() {
+  for (int i = 0; i < frame_.stack_size; ++i) {
+    if (frame_.stack[i] == nullptr) {
+      entry_nulls_.push_back(true);
+      stack_.push_back(Value::null());
+      continue;
+    }
+    entry_nulls_.push_back(false);
+    ValuePtr value = load_source(SourceTable::stack(i));
+    FJ_CHECK(value != nullptr, "entry stack value {} unreadable", i);
+    stack_.push_back(std::move(value));
+  }
+}
+
 void Tracer::run() {
   const HandlerTable& table = handlers();
-  int steps = 0;
-  pc_ = 0;
+  wrap_entry_stack();
+  pc_ = entry_pc_;
   while (!finished_) {
     const Instr& ins = bytecode_.at(pc_);
     current_ = &ins;
     next_pc_ = ins.next;
+    // Handlers pop before they find out they cannot go on; the exit needs the stack as it was.
+    std::vector<ValuePtr> saved_stack = stack_;
+    py::object saved_kw_names = kw_names_;
     try {
-      if (++steps > kMaxSteps) {
+      if (steps_ >= kMaxSteps) {
         FJ_UNSUPPORTED(kTraceTooLong, "trace exceeded {} instructions", kMaxSteps);
       }
       OpHandler handler = table[static_cast<size_t>(ins.op)];
@@ -91,11 +147,48 @@ void Tracer::run() {
       }
       handler(*this, ins);
     } catch (Unsupported& e) {
-      if (e.pc < 0) e.pc = ins.offset;
-      throw;
+      stack_ = std::move(saved_stack);
+      kw_names_ = std::move(saved_kw_names);
+      end_at(ins, e);
+      return;
     }
+    ++steps_;
     pc_ = next_pc_;
   }
+}
+
+void Tracer::end_at(const Instr& ins, const Unsupported& why) {
+  exit_.pc = ins.start;
+  exit_.op_pc = ins.offset;
+  exit_.next_pc = ins.next;
+  exit_.target_pc = ins.target;
+  exit_.op = ins.op;
+  exit_.reason = fmt::format("{} [{}]", why.what(), break_kind_name(why.kind()));
+  ExitKind kind = ExitKind::kDeopt;
+  if (is_jump(ins.op) && why.kind() == BreakKind::kDataDependent) {
+    kind = ExitKind::kBranch;
+  } else if (ins.op == Op::CALL || ins.op == Op::CALL_FUNCTION_EX) {
+    kind = ExitKind::kCall;
+    exit_.nargs = ins.op == Op::CALL ? ins.arg : -1 - (ins.arg & 1);
+    exit_.kwnames = kw_names_ ? kw_names_ : py::none();
+  } else if (ins.op == Op::GET_ITER || ins.op == Op::FOR_ITER) {
+    kind = ExitKind::kIter;
+  }
+  build_exit_state(kind);
+}
+
+void Tracer::build_exit_state(ExitKind kind) {
+  exit_.kind = kind;
+  for (size_t i = 0; i < locals_.size(); ++i) {
+    if (!dirty_[i]) continue;
+    Rebuild r;
+    r.kind = Rebuild::Kind::kNull;
+    if (locals_[i] && locals_[i]->kind != VKind::kNull) r = rebuild_of(locals_[i]);
+    exit_.locals.emplace_back(static_cast<int>(i), std::move(r));
+  }
+  for (const auto& value : stack_) exit_.stack.push_back(rebuild_of(value));
+  graph_.set_output(std::move(outputs_));
+  graph_.remove_unused_getitems();
 }
 
 ValuePtr Tracer::pop() {
@@ -161,12 +254,14 @@ ValuePtr Tracer::local(int index) {
 void Tracer::set_local(int index, ValuePtr value) {
   // Storing also shadows the entry value: later loads see the new value, not the source.
   locals_[index] = std::move(value);
+  dirty_[index] = true;
 }
 
 void Tracer::delete_local(int index) {
   local(index);  // an unbound local would raise here at run time: leave that to CPython
   // A later load must fail as in Python; a Null keeps local() from re-reading the frame.
   locals_[index] = Value::null();
+  dirty_[index] = true;
 }
 
 ValuePtr Tracer::global(const std::string& name) {
@@ -189,15 +284,23 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   if (found != by_slot_.end()) return found->second;
   PyRefs& refs = PyRefs::get();
   PyObject* obj = real.ptr();
+  const SourceKind source_kind = sources_.at(slot).kind;
   ValuePtr value;
   if (is_tensor(obj)) {
     guards_.add_tensor(slot, obj);
     py::object meta = refs.support.attr("make_meta")(real);
     py::object device = real.attr("device");
     Node* node = graph_.add_placeholder(sources_.at(slot).name_hint, meta, meta_of(meta, device));
-    input_slots_.push_back(slot);
+    inputs_.push_back(Rebuild::slot(slot));
     value = Value::tensor(node, meta, device, slot);
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  } else if (entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
+             (source_kind == SourceKind::kLocal || source_kind == SourceKind::kStack)) {
+    // A number in the middle of a frame (a loop counter, the result of .item()): its type is
+    // guarded, its value only where the trace needs it (see specialize()).
+    guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
+    value->source = slot;
   } else if (is_constant_type(obj)) {
     if (obj == Py_None || obj == Py_Ellipsis) {
       guards_.add_id(slot, obj);
@@ -228,10 +331,43 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   return value;
 }
 
+ValuePtr Tracer::specialize(const ValuePtr& value) {
+  if (value->kind != VKind::kSymNum) return value;
+  std::vector<ValuePtr> leaves;
+  collect_leaves(value, leaves);
+  for (const auto& leaf : leaves) guards_.add_const(leaf->source, leaf->obj.ptr());
+  return Value::constant(value->obj);
+}
+
+ValuePtr Tracer::scalar_input(const ValuePtr& value) {
+  auto found = scalar_inputs_.find(value.get());
+  if (found != scalar_inputs_.end()) return found->second;
+  // How to compute the number from the entry state, evaluated before each run of the graph.
+  std::function<Rebuild(const ValuePtr&)> expr = [&](const ValuePtr& v) -> Rebuild {
+    if (v->kind != VKind::kSymNum) return Rebuild::constant(v->obj);
+    if (!v->fn) return Rebuild::slot(v->source);
+    std::vector<Rebuild> args;
+    for (const auto& item : v->items) args.push_back(expr(item));
+    return Rebuild::call(v->fn, std::move(args));
+  };
+  TensorMeta meta;
+  meta.scalar = true;
+  meta.dtype = PyFloat_CheckExact(value->obj.ptr()) ? "f64" : "i64";
+  const std::string hint = value->source >= 0 ? sources_.at(value->source).name_hint : "scalar";
+  Node* node = graph_.add_placeholder(hint, value->obj, meta);
+  inputs_.push_back(expr(value));
+  auto input = std::make_shared<Value>(*value);
+  input->node = node;
+  scalar_inputs_[value.get()] = input;
+  return input;
+}
+
 bool Tracer::truthy(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kTensor:
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
+    case VKind::kSymNum:
+      FJ_UNSUPPORTED(kDataDependent, "branch on a number computed at run time");
     case VKind::kConst: {
       const int result = PyObject_IsTrue(value->obj.ptr());
       if (result < 0) throw py::error_already_set();
@@ -243,7 +379,9 @@ bool Tracer::truthy(const ValuePtr& value) {
       return !value->items.empty();
     case VKind::kObject:
       if (is_identity_object(value->obj.ptr())) return true;
-      FJ_UNSUPPORTED(kUnsupportedValue, "truth value of {} is not traced yet", value->describe());
+      FJ_UNSUPPORTED(kDataDependent, "truth value of {}", value->describe());
+    case VKind::kIter:
+      return true;
     case VKind::kNull:
       break;
   }
@@ -251,41 +389,64 @@ bool Tracer::truthy(const ValuePtr& value) {
 }
 
 void Tracer::finish(const ValuePtr& value) {
-  build_result(value);
+  exit_.kind = ExitKind::kReturn;
+  exit_.pc = current_->start;
+  exit_.op_pc = current_->offset;
+  exit_.op = current_->op;
+  exit_.result = rebuild_of(value);
+  graph_.set_output(std::move(outputs_));
+  graph_.remove_unused_getitems();
   finished_ = true;
 }
 
-Rebuild Tracer::rebuild_of(const ValuePtr& value, std::vector<Arg>& outputs,
-                           std::unordered_map<Node*, int>& output_index) {
-  Rebuild r;
-  // An entry-state value returned unchanged keeps its identity: read it again from its source.
-  const bool from_source = value->source >= 0 &&
-                           (value->kind != VKind::kTensor ||
-                            value->node->kind == NodeKind::kPlaceholder);
-  if (from_source) {
-    r.kind = Rebuild::Kind::kSlot;
-    r.index = value->source;
-    return r;
+Rebuild Tracer::rebuild_of(const ValuePtr& value) {
+  // An entry-state value passed on unchanged keeps its identity: read it again from its source.
+  const bool from_source =
+      value->source >= 0 && value->node == nullptr &&
+      !(value->kind == VKind::kSymNum && value->fn);
+  if (from_source || (value->kind == VKind::kTensor && value->node->kind == NodeKind::kPlaceholder &&
+                      value->source >= 0)) {
+    return Rebuild::slot(value->source);
   }
+  Rebuild r;
   switch (value->kind) {
     case VKind::kTensor: {
-      if (value->node->kind == NodeKind::kPlaceholder) {
-        throw InternalError("placeholder without a source");
-      }
-      auto it = output_index.find(value->node);
-      if (it == output_index.end()) {
-        it = output_index.emplace(value->node, static_cast<int>(outputs.size())).first;
-        outputs.push_back(Arg::of(value->node));
+      auto it = output_index_.find(value->node);
+      if (it == output_index_.end()) {
+        it = output_index_.emplace(value->node, static_cast<int>(outputs_.size())).first;
+        outputs_.push_back(Arg::of(value->node));
       }
       r.kind = Rebuild::Kind::kOutput;
       r.index = it->second;
       return r;
     }
     case VKind::kConst:
+      return Rebuild::constant(value->obj);
     case VKind::kObject:
-      r.kind = Rebuild::Kind::kConst;
-      r.value = value->obj;
+      if (!value->method.empty()) {
+        // LOAD_METHOD's [method, self] pair: CPython holds the function found on the type.
+        FJ_CHECK(value->obj && !value->obj.is_none(), "method marker without its function");
+      }
+      return Rebuild::constant(value->obj);
+    case VKind::kSymNum: {
+      std::vector<Rebuild> args;
+      for (const auto& item : value->items) args.push_back(rebuild_of(item));
+      return Rebuild::call(value->fn, std::move(args));
+    }
+    case VKind::kIter: {
+      std::vector<Rebuild> rest;
+      for (size_t i = value->index; i < value->items.size(); ++i) {
+        rest.push_back(rebuild_of(value->items[i]));
+      }
+      Rebuild tuple;
+      tuple.kind = Rebuild::Kind::kTuple;
+      tuple.value = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
+      tuple.items = std::move(rest);
+      r = Rebuild::call(py::module_::import("builtins").attr("iter"), {std::move(tuple)});
+      if (value->memo < 0) value->memo = exit_.memo_size++;
+      r.memo = value->memo;
       return r;
+    }
     case VKind::kTuple:
     case VKind::kList:
     case VKind::kDict:
@@ -294,22 +455,17 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value, std::vector<Arg>& outputs,
                                              : Rebuild::Kind::kDict;
       r.value = value->pytype;
       r.keys = value->keys;
-      for (const auto& item : value->items) {
-        r.items.push_back(rebuild_of(item, outputs, output_index));
+      for (const auto& item : value->items) r.items.push_back(rebuild_of(item));
+      if (value->kind != VKind::kTuple) {  // mutable: one object however often it is referenced
+        if (value->memo < 0) value->memo = exit_.memo_size++;
+        r.memo = value->memo;
       }
       return r;
     case VKind::kNull:
-      break;
+      r.kind = Rebuild::Kind::kNull;
+      return r;
   }
-  throw InternalError("returning NULL");
-}
-
-void Tracer::build_result(const ValuePtr& value) {
-  std::vector<Arg> outputs;
-  std::unordered_map<Node*, int> output_index;
-  result_ = rebuild_of(value, outputs, output_index);
-  graph_.set_output(std::move(outputs));
-  graph_.remove_unused_getitems();
+  throw InternalError("unknown value kind at exit");
 }
 
 }  // namespace framejit

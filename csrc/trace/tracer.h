@@ -1,5 +1,6 @@
-// The symbolic interpreter: runs a frame's bytecode over abstract values, recording torch calls
-// into a Graph, the sources it read into a SourceTable and what it assumed into a GuardSet.
+// The symbolic interpreter: runs a frame's bytecode from an entry pc over abstract values,
+// recording torch calls into a Graph, the sources it read into a SourceTable and what it assumed
+// into a GuardSet, until an exit (return, or an instruction it leaves to the runtime or CPython).
 #pragma once
 
 #include <array>
@@ -8,9 +9,11 @@
 #include <vector>
 
 #include "bytecode/decode.h"
+#include "common/check.h"
 #include "graph/graph.h"
 #include "guards/guards.h"
 #include "guards/source.h"
+#include "runtime/code_state.h"
 #include "runtime/rebuild.h"
 #include "trace/value.h"
 
@@ -33,26 +36,29 @@ using KwValues = std::vector<std::pair<std::string, ValuePtr>>;
 
 class Tracer {
  public:
-  // Borrowed: code, frame (both must outlive the tracer).
-  Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame);
+  // Borrowed: code, frame (both must outlive the tracer). `frame.stack` is the value stack at
+  // `entry_pc` (empty at 0).
+  Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame, int entry_pc);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
-  // Traces from the first instruction to RETURN_VALUE. Throws Unsupported when something cannot
-  // be traced; sources() and guards() then hold what was assumed up to that point.
+  // Traces from the entry to the first exit and fills exit(). Instructions the tracer cannot
+  // handle end the region there (see ExitKind). Throws InternalError on framejit bugs.
   void run();
 
   // ---- results ----
   SourceTable& sources() { return sources_; }
   GuardSet& guards() { return guards_; }
   Graph& graph() { return graph_; }
-  const std::vector<int>& input_slots() const { return input_slots_; }
-  const Rebuild& result() const { return result_; }
-  int pc() const { return pc_; }
+  const std::vector<Rebuild>& inputs() const { return inputs_; }
+  RegionExit& exit() { return exit_; }
+  const std::vector<bool>& entry_nulls() const { return entry_nulls_; }
+  int instructions_traced() const { return steps_; }
 
   // ---- for opcode handlers ----
   const Instr& instr() const { return *current_; }
+  int entry_pc() const { return entry_pc_; }
   void push(ValuePtr value) { stack_.push_back(std::move(value)); }
   ValuePtr pop();
   std::vector<ValuePtr> pop_n(size_t n);
@@ -68,8 +74,11 @@ class Tracer {
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   void store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs);
-  // Python truthiness of a value known at trace time; throws Unsupported for tensors.
+  // Python truthiness of a value known at trace time; throws Unsupported (kDataDependent) for
+  // tensors and other values only the run time knows.
   bool truthy(const ValuePtr& value);
+  // Pins a number to its trace-time value (guards on every source it came from).
+  ValuePtr specialize(const ValuePtr& value);
 
   py::object co_const(int index) const;
   std::string co_name(int index) const;
@@ -85,6 +94,8 @@ class Tracer {
   ValuePtr record_operator(const char* fn_name, const char* infix, std::vector<ValuePtr> args);
   // The tensor attribute `name` (shape, dtype, device, T, ...).
   ValuePtr tensor_attr(const ValuePtr& tensor, const std::string& name);
+  // The graph input standing for a float SymNum used in a torch call (one per value).
+  ValuePtr scalar_input(const ValuePtr& value);
 
   // A value read from source `slot` whose live value is `real`: installs guards, makes
   // placeholders for tensors. The same slot always gives the same Value.
@@ -94,9 +105,10 @@ class Tracer {
   ValuePtr load_source(Source source);
 
  private:
-  void build_result(const ValuePtr& value);
-  Rebuild rebuild_of(const ValuePtr& value, std::vector<Arg>& outputs,
-                     std::unordered_map<Node*, int>& output_index);
+  void wrap_entry_stack();
+  void end_at(const Instr& ins, const Unsupported& why);
+  void build_exit_state(ExitKind kind);
+  Rebuild rebuild_of(const ValuePtr& value);
   ValuePtr wrap_call_result(py::handle result, py::object device, Node* node,
                             const std::vector<ValuePtr>& args, bool inplace);
   TensorMeta meta_of(py::handle meta, py::handle device);
@@ -104,22 +116,30 @@ class Tracer {
   PyCodeObject* code_;
   const Bytecode& bytecode_;
   FrameState frame_;
+  int entry_pc_;
   std::vector<PyObject*> live_;  // live values of sources by slot (owned: decref'd in dtor)
 
   std::vector<ValuePtr> locals_;
+  std::vector<bool> dirty_;  // locals stored or deleted during the trace
   std::vector<ValuePtr> stack_;
+  std::vector<bool> entry_nulls_;
   py::object kw_names_;
   const Instr* current_ = nullptr;
   int pc_ = 0;
   int next_pc_ = 0;
+  int steps_ = 0;
   bool finished_ = false;
 
   SourceTable sources_;
   GuardSet guards_;
   Graph graph_;
-  std::vector<int> input_slots_;
+  std::vector<Rebuild> inputs_;
   std::unordered_map<int, ValuePtr> by_slot_;
-  Rebuild result_;
+  std::unordered_map<const Value*, ValuePtr> scalar_inputs_;
+  RegionExit exit_;
+  // Exit rebuilding state.
+  std::vector<Arg> outputs_;
+  std::unordered_map<Node*, int> output_index_;
 };
 
 }  // namespace framejit

@@ -15,6 +15,8 @@ const char* vkind_name(VKind kind) {
     case VKind::kList: return "List";
     case VKind::kDict: return "Dict";
     case VKind::kNull: return "Null";
+    case VKind::kSymNum: return "SymNum";
+    case VKind::kIter: return "Iter";
   }
   return "?";
 }
@@ -75,6 +77,22 @@ ValuePtr Value::null() {
   return v;
 }
 
+ValuePtr Value::sym_num(py::object fn, std::vector<ValuePtr> args, py::object value) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kSymNum;
+  v->fn = std::move(fn);
+  v->items = std::move(args);
+  v->obj = std::move(value);
+  return v;
+}
+
+ValuePtr Value::iter(std::vector<ValuePtr> items) {
+  auto v = std::make_shared<Value>();
+  v->kind = VKind::kIter;
+  v->items = std::move(items);
+  return v;
+}
+
 bool Value::is_constant_tree() const {
   switch (kind) {
     case VKind::kConst:
@@ -128,6 +146,8 @@ std::string Value::describe() const {
       return "Object(" + safe_repr(obj) + ")";
     case VKind::kNull:
       return "NULL";
+    case VKind::kSymNum:
+      return "SymNum(" + safe_repr(obj) + ")";
     default: {
       std::string out = std::string(vkind_name(kind)) + "(";
       for (size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i]->describe();

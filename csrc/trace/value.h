@@ -19,6 +19,9 @@ enum class VKind : uint8_t {
   kList,    // list of values
   kDict,    // dict with constant keys
   kNull,    // the NULL CPython pushes before a callable
+  kSymNum,  // a Python int/float whose value is not specialised: an entry value of a region that
+            // starts mid-frame (e.g. the result of .item()), or arithmetic on such values
+  kIter,    // an iterator over `items` being unrolled; `index` items already consumed
 };
 
 const char* vkind_name(VKind kind);
@@ -36,6 +39,9 @@ struct Value {
   std::vector<py::object> keys;  // kDict
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type
   std::string method;            // kObject pushed by LOAD_METHOD on a tensor: the method name
+  py::object fn;                 // kSymNum computed by arithmetic: the operator function
+  size_t index = 0;              // kIter: items consumed so far
+  int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
 
   static ValuePtr constant(py::object value, int source = -1);
   static ValuePtr object(py::object value, int source = -1);
@@ -44,6 +50,9 @@ struct Value {
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
   static ValuePtr null();
+  // A number computed as fn(*args) from other numbers, `value` its trace-time result.
+  static ValuePtr sym_num(py::object fn, std::vector<ValuePtr> args, py::object value);
+  static ValuePtr iter(std::vector<ValuePtr> items);
 
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }

@@ -30,18 +30,21 @@ class CompiledModule(torch.nn.Module):
             return getattr(self._orig_mod, name)
 
 
-def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=None, mode=None):
+def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=None, mode=None,
+            warm_branches=False):
     """Compile a function or ``nn.Module`` with framejit.
 
     Works as ``@framejit.compile``, ``@framejit.compile(backend=...)`` and
     ``framejit.compile(fn_or_module, ...)``. ``backend`` is a registered name (``"eager"``,
     ``"inductor"``, any torch.compile backend) or a callable ``backend(gm, example_inputs)``.
-    ``fullgraph=True`` raises :class:`framejit.Unsupported` where a frame cannot be traced.
+    ``fullgraph=True`` raises :class:`framejit.Unsupported` at the first graph break.
+    ``warm_branches=True`` also compiles, at the first call, the side of every data-dependent
+    branch that call does not take, so later calls taking it compile nothing.
     ``options``: ``{"recompile_limit": int}``.
     """
     if fn is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
-                                 options=options, mode=mode)
+                                 options=options, mode=mode, warm_branches=warm_branches)
     opts = dict(options or {})
     unknown = set(opts) - _KNOWN_OPTIONS
     if unknown:
@@ -58,12 +61,14 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     backend_fn, backend_name = backends.lookup(backend)
     if isinstance(fn, torch.nn.Module):
         _skip.allow_file_of(type(fn).forward)
-        call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit)
+        call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
+                                bool(warm_branches))
         return CompiledModule(fn, call)
     if not callable(fn):
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
     _skip.allow_file_of(fn)
-    compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit)
+    compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
+                                bool(warm_branches))
     functools.update_wrapper(compiled, fn)
     return compiled
 
