@@ -26,6 +26,7 @@ void set_log_mask(uint32_t mask) { g_mask = mask; }
 bool log_enabled(Artifact artifact) { return (g_mask & static_cast<uint32_t>(artifact)) != 0; }
 
 void log_emit(Artifact artifact, const std::string& message) {
+  if (!log_enabled(artifact)) return;
   try {
     PyRefs::get().support.attr("emit")(artifact_name(artifact), message);
   } catch (const py::error_already_set&) {

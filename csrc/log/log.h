@@ -26,7 +26,8 @@ const char* artifact_name(Artifact artifact);
 void set_log_mask(uint32_t mask);
 bool log_enabled(Artifact artifact);
 
-// Sends `message` to the logger framejit.<artifact>. Needs the GIL; never throws.
+// Sends `message` to the logger framejit.<artifact> if that artifact is on. Callers that build
+// costly messages test log_enabled() first. Needs the GIL; never throws.
 void log_emit(Artifact artifact, const std::string& message);
 
 // Emits a FramejitWarning (a UserWarning) through Python's warnings module, and the same text to

@@ -73,6 +73,9 @@ struct Region {
   SourceTable sources;
   GuardSet guards;
   std::vector<Rebuild> inputs;  // graph inputs in placeholder order (slots, or scalar expressions)
+  // Per graph output: its meta tensor and real device, to stand in for it when warm_branches
+  // traces what lies behind this region without running it.
+  std::vector<std::pair<py::object, py::object>> output_metas;
   py::object compiled;          // the backend's callable; None when the graph has no op
   RegionExit exit;
   int graph_id = -1;  // __compiled_fn_<id>, -1 when no graph went to the backend

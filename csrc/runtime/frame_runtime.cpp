@@ -148,23 +148,25 @@ void report_region(const CompileContext& ctx, PyCodeObject* code, const Region& 
   }
 }
 
-std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, std::string reason) {
+std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
+                                        std::string reason) {
   auto region = std::make_unique<Region>();
   region->kind = RegionKind::kFallback;
-  region->entry_pc = run.pc;
+  region->entry_pc = pc;
   region->entry_nulls = tracer.entry_nulls();
   region->ctx = run.ctx;
   region->sources = std::move(tracer.sources());
   region->guards = std::move(tracer.guards());
   region->exit.kind = ExitKind::kDeopt;
-  region->exit.pc = run.pc;
+  region->exit.pc = pc;
   region->reason = std::move(reason);
+  region->id = g_next_region_id++;
   return region;
 }
 
-// Traces a region from run.pc with the current state and compiles its graph. Returns nullptr with
-// a Python exception set only for fullgraph=True failures; other failures give a fallback region.
-std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
+// Traces a region from `pc` with the state `fs` and compiles its graph. Returns nullptr with a
+// Python exception set only for fullgraph=True failures; other failures give a fallback region.
+std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed) {
   PauseScope pause;
   PyCodeObject* code = run.code;
   CodeState& state = run.state;
@@ -178,18 +180,17 @@ std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
     }
   }
   const Bytecode& bytecode = *state.bytecode;
-  const FrameState fs = run.frame_state();
-  Tracer tracer(code, bytecode, fs, run.pc);
+  Tracer tracer(code, bytecode, fs, pc);
   try {
     tracer.run();
   } catch (const InternalError& e) {
-    std::string reason = located(code, bytecode, run.pc, std::string("internal error: ") + e.what());
+    std::string reason = located(code, bytecode, pc, std::string("internal error: ") + e.what());
     warn("framejit: " + reason + "; this part runs in plain Python");
-    return fallback_region(tracer, run, std::move(reason));
+    return fallback_region(tracer, run, pc, std::move(reason));
   } catch (const py::error_already_set& e) {
-    std::string reason = located(code, bytecode, run.pc, std::string("Python error: ") + e.what());
+    std::string reason = located(code, bytecode, pc, std::string("Python error: ") + e.what());
     warn("framejit: " + reason + "; this part runs in plain Python");
-    return fallback_region(tracer, run, std::move(reason));
+    return fallback_region(tracer, run, pc, std::move(reason));
   }
   RegionExit& exit = tracer.exit();
   if (exit.kind != ExitKind::kReturn) {
@@ -203,15 +204,16 @@ std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
       log_emit(Artifact::graph_breaks,
                fmt::format("{} runs in plain Python from here: {}",
                            code_location(code, code->co_firstlineno), where));
-      return fallback_region(tracer, run, where);
+      return fallback_region(tracer, run, pc, where);
     }
     log_emit(Artifact::graph_breaks, fmt::format("graph break ({}): {}",
                                                  exit_kind_name(exit.kind), where));
   }
 
   auto region = std::make_unique<Region>();
+  region->id = g_next_region_id++;
   region->kind = RegionKind::kCompiled;
-  region->entry_pc = run.pc;
+  region->entry_pc = pc;
   region->entry_nulls = tracer.entry_nulls();
   region->ctx = run.ctx;
   region->warmed = warmed;
@@ -221,6 +223,9 @@ std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
   region->inputs = tracer.inputs();
   region->graph_ops = graph.num_calls();
   region->compiled = py::none();
+  for (const Arg& out : graph.output()->args[0].items) {
+    region->output_metas.emplace_back(out.node->fake, py::str(out.node->metas.at(0).device));
+  }
   region->sources = std::move(tracer.sources());
   region->guards = std::move(tracer.guards());
   if (region->graph_ops == 0) return region;  // nothing for a backend
@@ -234,7 +239,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
   }
   if (log_enabled(Artifact::guards)) {
     log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}", region->graph_id,
-                                           code_location(code, line_at(code, bytecode, run.pc)),
+                                           code_location(code, line_at(code, bytecode, pc)),
                                            region->guards.to_string(region->sources)));
   }
   // Example inputs are this call's live values; the list is dropped right after the backend
@@ -266,7 +271,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, bool warmed) {
     region->reason = std::move(reason);
     region->compiled = py::none();
     region->exit = RegionExit();
-    region->exit.pc = run.pc;
+    region->exit.pc = pc;
   }
   return region;
 }
@@ -369,31 +374,106 @@ Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int&
   return nullptr;
 }
 
-bool has_region_at(FrameRun& run, int pc) {
-  for (auto& region : run.state.regions) {
-    if (region->entry_pc == pc && region->ctx == run.ctx) return true;
+// A frame state that exists only for warming: the locals and stack a region would leave,
+// built from placeholder tensors of the right metadata. Owns its references.
+struct SyntheticState {
+  std::vector<PyObject*> locals;
+  std::vector<PyObject*> stack;
+  SyntheticState() = default;
+  SyntheticState(const SyntheticState&) = delete;
+  SyntheticState& operator=(const SyntheticState&) = delete;
+  ~SyntheticState() {
+    for (PyObject* o : locals) Py_XDECREF(o);
+    for (PyObject* o : stack) Py_XDECREF(o);
   }
-  return false;
+};
+
+constexpr int kMaxWarmDepth = 16;
+
+void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth);
+
+// The state `region` would leave if entered with `fs`, with empty tensors standing for its graph's
+// outputs (tracing reads only their metadata). False if it cannot be built.
+bool synthesize_exit_state(FrameRun& run, Region& region, const FrameState& fs,
+                           SyntheticState& out) {
+  SlotValues slots;
+  if (!region.guards.check(region.sources, fs, slots)) return false;
+  try {
+    PauseScope pause;
+    py::list made;
+    py::object empty_strided = PyRefs::get().torch.attr("empty_strided");
+    for (const auto& [meta, device] : region.output_metas) {
+      py::dict kwargs;
+      kwargs["dtype"] = meta.attr("dtype");
+      kwargs["device"] = device;
+      kwargs["requires_grad"] = meta.attr("requires_grad");
+      made.append(empty_strided(meta.attr("shape"), meta.attr("stride")(), **kwargs));
+    }
+    py::tuple outputs(made);
+    MemoTable memo(static_cast<size_t>(region.exit.memo_size));
+    const int n_locals = fj_frame_nlocalsplus(run.frame);
+    out.locals.assign(static_cast<size_t>(n_locals), nullptr);
+    for (int i = 0; i < n_locals; ++i) {
+      out.locals[i] = fs.localsplus[i];
+      Py_XINCREF(out.locals[i]);
+    }
+    for (const auto& [index, rebuild] : region.exit.locals) {
+      PyObject* value = rebuild.build(outputs.ptr(), slots, memo.objects());
+      if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
+      Py_XSETREF(out.locals[index], value);
+    }
+    for (const Rebuild& rebuild : region.exit.stack) {
+      PyObject* value = rebuild.build(outputs.ptr(), slots, memo.objects());
+      if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
+      out.stack.push_back(value);
+    }
+  } catch (const py::error_already_set&) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
 }
 
-// warm_branches: traces and compiles the side of a branch this call does not take, from the
-// state at the branch (the same locals, and the stack the other side would have).
-void warm_other_side(FrameRun& run, int other_pc, bool other_keeps_condition) {
-  if (!run.ctx->warm_branches || has_region_at(run, other_pc)) return;
-  PyObject* condition = nullptr;
-  if (!other_keeps_condition) condition = run.stack.pop();
-  const int taken_pc = run.pc;
-  run.pc = other_pc;
-  std::unique_ptr<Region> region = compile_region(run, /*warmed=*/true);
-  run.pc = taken_pc;
-  if (condition) run.stack.push(condition);
+// Both sides of the branch that ends a region entered with `fs`.
+void warm_branch_sides(FrameRun& run, Region& region, const FrameState& fs, int depth) {
+  const RegionExit& exit = region.exit;
+  if (exit.kind != ExitKind::kBranch || depth > kMaxWarmDepth) return;
+  SyntheticState state;
+  if (!synthesize_exit_state(run, region, fs, state)) return;
+  const bool or_pop = exit.op == Op::JUMP_IF_TRUE_OR_POP || exit.op == Op::JUMP_IF_FALSE_OR_POP;
+  for (const int target : {exit.target_pc, exit.next_pc}) {
+    // X_OR_POP keeps the condition on the side that jumps; every other branch pops it.
+    const bool keeps = or_pop && target == exit.target_pc;
+    FrameState side{state.locals.data(), fs.globals, fs.builtins, state.stack.data(),
+                    static_cast<int>(state.stack.size()) - (keeps ? 0 : 1)};
+    warm_target(run, target, side, depth + 1);
+  }
+}
+
+// warm_branches: compiles the region at `pc` for state `fs` if none exists, and, through its own
+// branch, the regions behind it, so a first call leaves every branch target compiled.
+void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth) {
+  if (!run.ctx->warm_branches || depth > kMaxWarmDepth) return;
+  for (auto& region : run.state.regions) {
+    if (region->entry_pc == pc && region->ctx == run.ctx) return;
+  }
+  std::unique_ptr<Region> region = compile_region(run, pc, fs, /*warmed=*/true);
   if (region == nullptr) {  // fullgraph error while warming: reported when that side runs
     PyErr_Clear();
     return;
   }
-  region->id = g_next_region_id++;
   report_region(*run.ctx, run.code, *region, *run.state.bytecode);
+  Region* raw = region.get();
   run.state.regions.push_back(std::move(region));
+  if (raw->kind == RegionKind::kCompiled) warm_branch_sides(run, *raw, fs, depth);
+}
+
+// At a branch the runtime performs: the side not taken, with the state of this call.
+void warm_other_side(FrameRun& run, int other_pc, bool other_keeps_condition) {
+  if (!run.ctx->warm_branches) return;
+  FrameState fs = run.frame_state();
+  if (!other_keeps_condition) fs.stack_size -= 1;
+  warm_target(run, other_pc, fs, 0);
 }
 
 // The branch at a kBranch exit: its condition is on top of the stack. False on error.
@@ -533,9 +613,8 @@ PyObject* run_frame(FrameRun& run) {
           break;
         }
       }
-      std::unique_ptr<Region> fresh = compile_region(run, /*warmed=*/false);
+      std::unique_ptr<Region> fresh = compile_region(run, run.pc, fs, /*warmed=*/false);
       if (fresh == nullptr) return nullptr;  // fullgraph error set
-      fresh->id = g_next_region_id++;
       report_region(ctx, run.code, *fresh, *state.bytecode);
       region = fresh.get();
       state.regions.push_back(std::move(fresh));

@@ -12,6 +12,7 @@ _C._init(_support)
 
 from . import _logging, _skip, backends, config  # noqa: E402
 from ._compile import CompiledModule, compile, disable, reset  # noqa: E402
+from ._explain import ExplainOutput, explain  # noqa: E402
 from ._logging import set_logs  # noqa: E402
 from .exc import FramejitWarning, Unsupported  # noqa: E402
 
@@ -19,7 +20,7 @@ _skip.apply()
 _logging.init_from_env()
 
 __all__ = [
-    "compile", "disable", "reset", "set_logs", "backends", "config", "Unsupported",
+    "compile", "disable", "explain", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
     "FramejitWarning", "CompiledModule",
 ]
 __version__ = "0.1.0"
