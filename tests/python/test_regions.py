@@ -1,0 +1,260 @@
+"""The region runtime end to end: the seed function, warm_branches, explain, numbers that come
+out of a break, deopt mid-frame, exceptions at performed instructions, and the logs."""
+import logging
+import traceback
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, regions, same
+
+
+def seed(inputs):
+    x = inputs["x"]
+    y = inputs["y"]
+    x = torch.add(x, 0.5)
+    if x.mean() > 0.5:
+        x = x / 1.1
+    return x * y
+
+
+def seed_inputs(take_true: bool):
+    x = torch.rand(4, 4) + (0.5 if take_true else -1.0)
+    return {"x": x, "y": torch.rand(4, 4)}
+
+
+def test_seed_compiles_prefix_and_each_tail_once():
+    counter = CompileCounter()
+    compiled = framejit.compile(seed, backend=counter)
+    for take_true in (True, False):
+        inputs = seed_inputs(take_true)
+        assert same(compiled(inputs), seed(inputs))
+    assert counter.frame_count == 3  # prefix (add, mean, gt), true tail, false tail
+    prefix_ops = [n.target for n in counter.graphs[0].graph.nodes if n.op != "placeholder"]
+    assert [getattr(t, "__name__", t) for t in prefix_ops] == ["add", "mean", "gt", "output"]
+    for _ in range(3):
+        for take_true in (True, False):
+            inputs = seed_inputs(take_true)
+            assert same(compiled(inputs), seed(inputs))
+    assert counter.frame_count == 3
+    assert sorted(r["exit"] for r in regions(seed)) == ["branch", "return", "return"]
+
+
+def test_seed_warm_branches_compiles_everything_at_the_first_call():
+    counter = CompileCounter()
+    compiled = framejit.compile(seed, backend=counter, warm_branches=True)
+    inputs = seed_inputs(True)
+    assert same(compiled(inputs), seed(inputs))
+    assert counter.frame_count == 3
+    assert [r["warmed"] for r in regions(seed)].count(True) == 1
+    for take_true in (False, True, False):
+        inputs = seed_inputs(take_true)
+        assert same(compiled(inputs), seed(inputs))
+    assert counter.frame_count == 3
+
+
+def nested_branches(x, y):
+    x = x + 1
+    if x.sum() > 0:
+        if y.mean() > 0:
+            z = x * y
+        else:
+            z = x - y
+    else:
+        z = x / 2
+        if z.max() > 10:
+            z = z * 0
+    return z
+
+
+def test_warm_branches_reaches_branches_behind_untaken_sides():
+    counter = CompileCounter()
+    compiled = framejit.compile(nested_branches, backend=counter, warm_branches=True)
+    ones = torch.ones(3)
+    assert same(compiled(ones, ones), nested_branches(ones, ones))
+    first = counter.frame_count
+    assert first == 6  # prefix, two inner branch regions, and four tails - one tail without ops
+    for x, y in ((ones, -ones), (-ones, ones), (-ones * 100, ones), (ones * 5, ones)):
+        assert same(compiled(x, y), nested_branches(x, y))
+    assert counter.frame_count == first
+
+
+def test_explain_reports_graphs_breaks_and_regions():
+    out = framejit.explain(seed)(seed_inputs(True))
+    assert same(out.result, None) is False or out.result is not None
+    assert out.graph_count == 2 and len(out.graphs) == 2
+    assert out.graph_break_count == 1
+    assert len(out.break_reasons) == 1
+    line = seed.__code__.co_firstlineno + 4
+    assert f"test_regions.py:{line}): if x.mean() > 0.5:" in out.break_reasons[0]
+    assert "data_dependent" in out.break_reasons[0]
+    text = str(out)
+    assert "Graph count: 2" in text and "Graph break count: 1" in text
+    assert "ran 1x" in text and "__compiled_fn_" in text
+    warm = framejit.explain(seed, warm_branches=True)(seed_inputs(False))
+    assert warm.graph_count == 3
+    assert sum(r.warmed for r in warm.regions) == 1 and "warm_branches" in str(warm)
+
+
+def item_then_scale(x):
+    s = x.sum().item()
+    scale = s * 2 + 1
+    return x * scale, scale
+
+
+def test_numbers_from_item_do_not_recompile_per_value():
+    counter = CompileCounter()
+    compiled = framejit.compile(item_then_scale, backend=counter)
+    for value in (1.0, 2.0, 3.5, -4.0):
+        x = torch.full((3,), value)
+        assert same(compiled(x), item_then_scale(x))
+    assert counter.frame_count == 2  # sum before the break; x * scale (scale a graph input) after
+    assert len(regions(item_then_scale)) == 2
+    graph = [r["graph"] for r in regions(item_then_scale) if r["entry_pc"] > 0][0]
+    assert 'Sym(f64)' in graph
+
+
+def branch_on_number(x):
+    n = x.sum().item()
+    if n > 2:
+        return x * 2
+    return x - 1
+
+
+def test_branch_on_a_number_is_decided_at_run_time():
+    counter = CompileCounter()
+    compiled = framejit.compile(branch_on_number, backend=counter)
+    for value in (1.0, 5.0, 0.0, 7.0):
+        x = torch.full((2,), value)
+        assert same(compiled(x), branch_on_number(x))
+    assert counter.frame_count == 3
+    assert [r["exit"] for r in regions(branch_on_number)].count("branch") == 1
+
+
+def uses_with(x):
+    y = x * 2
+    with torch.no_grad():  # not traced yet: CPython resumes the frame here
+        z = y + 1
+    return z
+
+
+def test_unsupported_instruction_deopts_mid_frame():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_with, backend=counter)
+    x = torch.ones(2, requires_grad=True)
+    out = compiled(x)
+    assert same(out, uses_with(x)) and not out.requires_grad
+    # y = x * 2 compiles; torch.no_grad() is a call the runtime makes; BEFORE_WITH is where
+    # CPython takes over the rest of the frame.
+    assert [(r["kind"], r["exit"]) for r in regions(uses_with)] == [
+        ("compiled", "call"), ("fallback", "deopt")]
+    assert "BEFORE_WITH" in regions(uses_with)[1]["reason"]
+    assert counter.frame_count == 1
+    compiled(x)
+    assert counter.frame_count == 1
+
+
+def check_positive(t):
+    if (t < 0).any():
+        raise ValueError("negative entries")
+    return t
+
+
+def catches_from_performed_call(x):
+    y = x - 1
+    try:
+        y = check_positive(y)
+        status = "ok"
+    except ValueError as e:
+        status = str(e)
+        y = y.abs()
+    finally:
+        y = y + 10
+    return y, status
+
+
+def test_exception_in_performed_call_runs_the_frames_own_handlers():
+    compiled = framejit.compile(catches_from_performed_call, backend=CompileCounter())
+    for x in (torch.ones(2) * 3, torch.zeros(2)):
+        assert same(compiled(x), catches_from_performed_call(x))
+
+
+def fails_after_break(x):
+    if x.sum() > 0:
+        x = x * 2
+    return x.view(3, 3)
+
+
+def test_exception_after_break_has_the_users_traceback_line():
+    compiled = framejit.compile(fails_after_break, backend=CompileCounter())
+    with pytest.raises(RuntimeError) as compiled_error:
+        compiled(torch.ones(4))
+    with pytest.raises(RuntimeError) as eager_error:
+        fails_after_break(torch.ones(4))
+    assert str(compiled_error.value) == str(eager_error.value)
+    got = traceback.extract_tb(compiled_error.value.__traceback__)[-1]
+    want = traceback.extract_tb(eager_error.value.__traceback__)[-1]
+    assert (got.name, got.lineno, got.line) == (want.name, want.lineno, want.line)
+
+
+def loop_with_break(x, n):
+    for i in range(n):
+        x = x * 2
+        if x.abs().sum() > 50:
+            x = x / 4
+    return x
+
+
+def test_break_inside_loop_reenters_cached_regions():
+    counter = CompileCounter()
+    compiled = framejit.compile(loop_with_break, backend=counter)
+    x = torch.ones(3)
+    assert same(compiled(x, 20), loop_with_break(x, 20))
+    graphs, count = counter.frame_count, len(regions(loop_with_break))
+    assert graphs <= 5
+    assert same(compiled(x, 20), loop_with_break(x, 20))
+    assert same(compiled(torch.ones(3) * 2, 20), loop_with_break(torch.ones(3) * 2, 20))
+    assert (counter.frame_count, len(regions(loop_with_break))) == (graphs, count)
+    body = [r for r in regions(loop_with_break) if r["hits"] >= 20]
+    assert body, "the loop body region is re-entered on every iteration"
+
+
+def test_fullgraph_raises_at_the_first_break():
+    compiled = framejit.compile(seed, backend=CompileCounter(), fullgraph=True)
+    with pytest.raises(framejit.Unsupported, match=r"graph break: branch on the value of a tensor"):
+        compiled(seed_inputs(True))
+
+
+def test_graph_breaks_and_regions_logs(caplog):
+    framejit.set_logs("graph_breaks", "regions", handler=False)
+    compiled = framejit.compile(seed, backend=CompileCounter())
+    with caplog.at_level(logging.INFO, logger="framejit"):
+        compiled(seed_inputs(True))
+    breaks = [r.getMessage() for r in caplog.records if r.name == "framejit.graph_breaks"]
+    region_lines = [r.getMessage() for r in caplog.records if r.name == "framejit.regions"]
+    assert len(breaks) == 1 and "if x.mean() > 0.5:" in breaks[0]
+    assert len(region_lines) == 2
+    assert "-> branch" in region_lines[0] and "-> return" in region_lines[1]
+
+
+def prints_between(x):
+    y = x + 1
+    print("sum", int(y.sum()))
+    logging.getLogger("framejit_test_user").warning("y has %d elements", y.numel())
+    return y * 3
+
+
+def test_print_and_logging_in_the_middle(capsys, caplog):
+    compiled = framejit.compile(prints_between, backend=CompileCounter())
+    x = torch.ones(4)
+    with caplog.at_level(logging.WARNING, logger="framejit_test_user"):
+        out = compiled(x)
+        expected = prints_between(x)
+    assert same(out, expected)
+    assert capsys.readouterr().out == "sum 8\nsum 8\n"
+    records = [r for r in caplog.records if r.name == "framejit_test_user"]
+    assert len(records) == 2
+    # logging saw the user's frame as the caller, as in eager
+    assert records[0].funcName == records[1].funcName == "prints_between"
+    assert records[0].lineno == records[1].lineno
