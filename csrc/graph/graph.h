@@ -68,6 +68,8 @@ class Node {
   std::vector<TensorMeta> metas;  // one per tensor in `fake`
   bool tuple_result = false;      // fake is a tuple (users read it through getitem nodes)
   int line = -1;                  // the user's source line
+  std::string filename;           // set when the node comes from an inlined function
+  std::string function;
   std::vector<Node*> users;
 
   std::string meta_text() const;  // "f32[2, 3]" or "(f32[2], f32[2])"

@@ -79,17 +79,25 @@ std::string print_graph(const Graph& graph, const LineSource& line_source) {
   }
   std::string out = signature + "):\n";
   int last_line = -1;
+  std::string last_file;
   for (const auto& node : graph.nodes()) {
     if (node->kind == NodeKind::kPlaceholder) continue;
     if (node->kind == NodeKind::kOutput) {
       out += fmt::format("    return {}\n", print_arg(node->args[0]));
       continue;
     }
-    if (node->line >= 0 && node->line != last_line) {
-      const std::string code = line_source ? line_source(node->line) : std::string();
-      out += fmt::format("    # File: {}:{} in {}, code: {}\n", graph.filename(), node->line,
-                         graph.function_name(), code);
+    const std::string& file = node->filename.empty() ? graph.filename() : node->filename;
+    if (node->line >= 0 && (node->line != last_line || file != last_file)) {
+      std::string code;
+      if (!node->filename.empty()) {
+        code = linecache_source(node->filename)(node->line);
+      } else if (line_source) {
+        code = line_source(node->line);
+      }
+      out += fmt::format("    # File: {}:{} in {}, code: {}\n", file, node->line,
+                         node->function.empty() ? graph.function_name() : node->function, code);
       last_line = node->line;
+      last_file = file;
     }
     const std::string meta = node->meta_text();
     if (meta.empty()) {

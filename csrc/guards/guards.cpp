@@ -70,6 +70,7 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
     case GuardKind::kTensor:
       return tensor_matches(tensor_specs_[guard.spec], value);
     case GuardKind::kLen:
+      if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
       return (PyTuple_CheckExact(value) || PyList_CheckExact(value)) &&
              PySequence_Fast_GET_SIZE(value) == guard.n;
     case GuardKind::kDictContains: {

@@ -15,7 +15,7 @@ enum class GuardKind : uint8_t {
   kId,            // value is expected
   kConstEq,       // type(value) is type(expected) and value == expected
   kTensor,        // one fused metadata check (TensorSpec)
-  kLen,           // len(value) == n, value of an exactly known type (tuple, list)
+  kLen,           // len(value) == n, value a tuple, list or dict (the type is guarded apart)
   kDictContains,  // (key in value) == flag, value a dict
 };
 

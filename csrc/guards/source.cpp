@@ -64,6 +64,26 @@ Source SourceTable::stack(int index) {
   return s;
 }
 
+Source SourceTable::global_of(py::object globals, const std::string& name) {
+  Source s;
+  s.kind = SourceKind::kGlobalOf;
+  s.key = py::str(name);
+  const py::object module = globals.attr("get")("__name__", "?");
+  s.text = "G[" + py::str(module).cast<std::string>() + "]['" + name + "']";
+  s.name_hint = name;
+  s.owner = std::move(globals);
+  return s;
+}
+
+Source SourceTable::closure(int index) {
+  Source s;
+  s.kind = SourceKind::kClosure;
+  s.index = index;
+  s.text = "C[" + std::to_string(index) + "]";
+  s.name_hint = "closure" + std::to_string(index);
+  return s;
+}
+
 Source SourceTable::attr(int base, const std::string& name) const {
   Source s;
   s.kind = SourceKind::kAttr;
@@ -101,8 +121,17 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       Py_XINCREF(value);
       return value;
     }
-    case SourceKind::kGlobal: {
-      PyObject* value = PyDict_GetItemWithError(frame.globals, s.key.ptr());  // borrowed
+    case SourceKind::kClosure: {
+      PyObject* closure = frame.function ? PyFunction_GET_CLOSURE(frame.function) : nullptr;
+      if (closure == nullptr || s.index >= PyTuple_GET_SIZE(closure)) return nullptr;
+      PyObject* cell = PyTuple_GET_ITEM(closure, s.index);  // borrowed
+      Py_INCREF(cell);
+      return cell;
+    }
+    case SourceKind::kGlobal:
+    case SourceKind::kGlobalOf: {
+      PyObject* globals = s.kind == SourceKind::kGlobal ? frame.globals : s.owner.ptr();
+      PyObject* value = PyDict_GetItemWithError(globals, s.key.ptr());  // borrowed
       if (value == nullptr && !PyErr_Occurred()) {
         value = PyDict_GetItemWithError(frame.builtins, s.key.ptr());  // borrowed
       }

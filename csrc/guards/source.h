@@ -14,6 +14,8 @@ enum class SourceKind : uint8_t {
   kAttr,    // getattr(slot `base`, `key`)
   kItem,    // slot `base`[`key`]
   kStack,   // entry value stack position `index` (regions that start mid-frame)
+  kGlobalOf,  // name `key` in the dict `owner` (an inlined function's globals), else builtins
+  kClosure,   // cell `index` of the frame's function's closure
 };
 
 struct Source {
@@ -21,6 +23,7 @@ struct Source {
   int base = -1;
   int index = 0;
   py::object key;
+  py::object owner;       // kGlobalOf: the globals dict (held, so its address stays valid)
   std::string text;       // L['inputs']['x'], G['torch'], L['self'].weight
   std::string name_hint;  // inputs_x: used for placeholder names
 };
@@ -32,6 +35,7 @@ struct FrameState {
   PyObject* builtins = nullptr;
   PyObject* const* stack = nullptr;  // the runtime's value stack at a region entry
   int stack_size = 0;
+  PyObject* function = nullptr;  // the frame's function (for its closure)
 };
 
 // Values of sources for one call: slot i holds a new reference to source i's value (or NULL).
@@ -78,6 +82,8 @@ class SourceTable {
   static Source local(int index, const std::string& name);
   static Source global(const std::string& name);
   static Source stack(int index);
+  static Source global_of(py::object globals, const std::string& name);
+  static Source closure(int index);
   Source attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
 

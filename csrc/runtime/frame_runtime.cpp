@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <map>
+
 #include "bytecode/version.h"
 #include "common/check.h"
 #include "graph/fx_export.h"
@@ -76,7 +78,8 @@ struct FrameRun {
 
   FrameState frame_state() {
     return FrameState{fj_frame_localsplus(frame), fj_frame_globals(frame),
-                      fj_frame_builtins(frame), stack.data(), static_cast<int>(stack.size())};
+                      fj_frame_builtins(frame), stack.data(), static_cast<int>(stack.size()),
+                      fj_frame_function(frame)};
   }
 };
 
@@ -180,15 +183,34 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     }
   }
   const Bytecode& bytecode = *state.bytecode;
-  Tracer tracer(code, bytecode, fs, pc);
-  try {
-    tracer.run();
-  } catch (const InternalError& e) {
-    std::string reason = located(code, bytecode, pc, std::string("internal error: ") + e.what());
-    warn("framejit: " + reason + "; this part runs in plain Python");
-    return fallback_region(tracer, run, pc, std::move(reason));
-  } catch (const py::error_already_set& e) {
-    std::string reason = located(code, bytecode, pc, std::string("Python error: ") + e.what());
+  // A callee that breaks while inlined is not inlined at that call site on the next attempt,
+  // so the region ends at the call in this frame (and the callee's frame meets the hook itself).
+  std::map<CallSite, std::string> no_inline;
+  std::unique_ptr<Tracer> traced;
+  std::string failure;  // set: framejit could not trace here for a reason of its own
+  constexpr int kMaxAttempts = 64;
+  for (int i = 0;; ++i) {
+    traced = std::make_unique<Tracer>(code, bytecode, fs, pc, &no_inline);
+    try {
+      traced->run();
+      break;
+    } catch (const InlineBreak& inner) {
+      if (i + 1 >= kMaxAttempts || no_inline.count(inner.site)) {
+        failure = "internal error: inlining does not settle";
+        break;
+      }
+      no_inline.emplace(inner.site, inner.reason);
+    } catch (const InternalError& e) {
+      failure = std::string("internal error: ") + e.what();
+      break;
+    } catch (const py::error_already_set& e) {
+      failure = std::string("Python error: ") + e.what();
+      break;
+    }
+  }
+  Tracer& tracer = *traced;
+  if (!failure.empty()) {
+    std::string reason = located(code, bytecode, pc, failure);
     warn("framejit: " + reason + "; this part runs in plain Python");
     return fallback_region(tracer, run, pc, std::move(reason));
   }
@@ -445,7 +467,7 @@ void warm_branch_sides(FrameRun& run, Region& region, const FrameState& fs, int 
     // X_OR_POP keeps the condition on the side that jumps; every other branch pops it.
     const bool keeps = or_pop && target == exit.target_pc;
     FrameState side{state.locals.data(), fs.globals, fs.builtins, state.stack.data(),
-                    static_cast<int>(state.stack.size()) - (keeps ? 0 : 1)};
+                    static_cast<int>(state.stack.size()) - (keeps ? 0 : 1), fs.function};
     warm_target(run, target, side, depth + 1);
   }
 }

@@ -40,23 +40,6 @@ bool is_stable_namespace(PyObject* obj) {
   return false;
 }
 
-// Whether `name` is plain instance state of obj (its __dict__, or an nn.Module's parameters,
-// buffers and submodules), so reading it runs no user code.
-bool is_instance_state(py::handle obj, const std::string& name) {
-  py::object dict = py::getattr(obj, "__dict__", py::none());
-  if (dict.is_none()) return false;
-  py::str key(name);
-  if (py::cast<py::dict>(dict).contains(key)) return true;
-  for (const char* store : {"_parameters", "_buffers", "_modules"}) {
-    py::dict d = py::cast<py::dict>(dict);
-    if (d.contains(store)) {
-      py::object inner = d[store];
-      if (PyDict_Check(inner.ptr()) && py::cast<py::dict>(inner).contains(key)) return true;
-    }
-  }
-  return false;
-}
-
 ValuePtr wrap_unsourced(py::object value) {
   PyObject* obj = value.ptr();
   const bool constant = obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
@@ -110,12 +93,35 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         }
         return wrap_unsourced(std::move(value));
       }
-      if (base->source >= 0 && (PyModule_Check(obj) || is_instance_state(base->obj, name))) {
+      if (base->source >= 0 && PyModule_Check(obj)) {
         ValuePtr value = load_source(sources_.attr(base->source, name));
         if (!value) {
           FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         }
         return value;
+      }
+      if (PyType_Check(obj) || PyModule_Check(obj)) break;
+      py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
+      const std::string kind = how[0].cast<std::string>();
+      if (kind == "instance" || kind == "class_value") {
+        if (base->source < 0) break;
+        ValuePtr value = load_source(sources_.attr(base->source, name));
+        if (!value) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+        }
+        return value;
+      }
+      if (kind == "function" || kind == "property" || kind == "classmethod" ||
+          kind == "staticmethod") {
+        // Methods bind self; a property is its getter called with self (see op_load_attr).
+        ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
+        if (kind == "function" || kind == "property") method->bound_self = base;
+        if (kind == "classmethod") {
+          method->bound_self = Value::object(py::reinterpret_borrow<py::object>(
+              reinterpret_cast<PyObject*>(Py_TYPE(obj))));
+        }
+        if (kind == "property") method->method = "__property__";
+        return method;
       }
       break;
     }
@@ -170,6 +176,27 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
       }
     }
     case VKind::kObject:
+      if (base->source >= 0 && (PyLong_CheckExact(k.ptr()) || PyUnicode_Check(k.ptr()))) {
+        // self.layers[0], self.blocks["head"]: the child, read by source.
+        std::vector<ValuePtr> children;
+        if (module_children(base, children)) {
+          py::object keys = PyRefs::get().support.attr("module_container_keys")(base->obj);
+          py::list names = keys[py::int_(1)];
+          if (PyLong_CheckExact(k.ptr()) && !children.empty() && children[0]->kind != VKind::kConst) {
+            Py_ssize_t i = k.cast<Py_ssize_t>();
+            const Py_ssize_t n = static_cast<Py_ssize_t>(children.size());
+            if (i < 0) i += n;
+            if (i >= 0 && i < n) return children[i];
+          }
+          if (PyUnicode_Check(k.ptr())) {
+            const std::string store = keys[py::int_(0)].cast<std::string>();
+            ValuePtr all = load_source(sources_.attr(base->source, store));
+            ValuePtr child = all ? load_source(sources_.item(all->source, k)) : nullptr;
+            if (child) return child;
+          }
+          FJ_UNSUPPORTED(kUnsupportedValue, "index {} of {}", safe_repr(k), base->describe());
+        }
+      }
       if (base->source >= 0 && PyDict_CheckExact(base->obj.ptr())) {
         if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
           FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",

@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "runtime/code_state.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -27,6 +28,8 @@ py::object type_of(const ValuePtr& value) {
       return borrow(Py_TYPE(value->obj.ptr()));
     case VKind::kTuple:
       return value->pytype;
+    case VKind::kCell:
+      return borrow(&PyCell_Type);
     case VKind::kIter:
       FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
     case VKind::kList:
@@ -56,12 +59,20 @@ bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   return false;
 }
 
+// Objects whose identity the guards pin (modules, functions, classes): safe to hand to a pure
+// builtin at trace time. Other objects (iterators, user instances) may be consumed or changed.
+bool is_pinned_object(const ValuePtr& v) {
+  PyObject* obj = v->obj.ptr();
+  return v->kind == VKind::kObject && (PyModule_Check(obj) || PyFunction_Check(obj) ||
+                                       PyCFunction_Check(obj) || PyType_Check(obj));
+}
+
 bool all_constant(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   for (const auto& a : args) {
-    if (!a->is_constant_tree() && a->kind != VKind::kObject) return false;
+    if (!a->is_constant_tree() && !is_pinned_object(a)) return false;
   }
   for (const auto& kw : kwargs) {
-    if (!kw.second->is_constant_tree() && kw.second->kind != VKind::kObject) return false;
+    if (!kw.second->is_constant_tree() && !is_pinned_object(kw.second)) return false;
   }
   return true;
 }
@@ -134,6 +145,16 @@ const std::string& tensor_method_kind(const std::string& name) {
 
 }  // namespace
 
+bool is_module(py::handle obj) {
+  return PyObject_IsInstance(obj.ptr(), PyRefs::get().module_type.ptr()) == 1;
+}
+
+// Python functions the tracer goes into: code the frame hook would trace too (not torch, the
+// standard library, site-packages or framejit), plus torch.nn module forwards (is_module).
+bool is_user_function(py::handle fn) {
+  return !should_skip_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())));
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
   // A method loaded by LOAD_METHOD: args[0] is self.
@@ -204,10 +225,46 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     FJ_UNSUPPORTED(kUnsupportedCall, "call of {}", fn->describe());
   }
   py::object callable = fn->obj;
+  if (fn->bound_self) {  // a method of a user object or module: self goes first
+    args.insert(args.begin(), fn->bound_self);
+  }
+  if (is_module(callable)) {
+    inline_module_call(fn, std::move(args), std::move(kwargs));
+    return nullptr;
+  }
   const std::string& kind = refs.classify(callable);
+  if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(callable)) {
+    inline_call(fn, callable, std::move(args), std::move(kwargs));
+    return nullptr;
+  }
   if (kind == "torch") {
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
+  }
+  if (kind == "builtin" && kwargs.empty()) {
+    // Answered from what the guards pin: types, lengths and tensor metadata.
+    const std::string name = callable_name(callable);
+    if (name == "isinstance" && args.size() == 2 && args[1]->is_constant_tree()) {
+      return Value::constant(
+          py::bool_(PyObject_IsSubclass(type_of(args[0]).ptr(), args[1]->as_python().ptr()) == 1));
+    }
+    if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
+    if (name == "len" && args.size() == 1) {
+      const ValuePtr& v = args[0];
+      if (v->is_tensor()) {
+        py::object shape = v->obj.attr("shape");
+        if (py::len(shape) == 0) FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
+        return Value::constant(shape[py::int_(0)]);
+      }
+      if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+        return Value::constant(py::int_(v->items.size()));
+      }
+      if (v->kind == VKind::kObject && v->source >= 0 && PyDict_Check(v->obj.ptr())) {
+        const Py_ssize_t n = PyDict_Size(v->obj.ptr());
+        guards_.add_len(v->source, n);
+        return Value::constant(py::int_(n));
+      }
+    }
   }
   if (kind == "builtin" && !any_tensor(args, kwargs)) {
     bool symbolic = false;
@@ -251,16 +308,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == "builtin") {
     // A builtin applied to tensors: the few that are tensor ops, or answered from metadata.
     const std::string name = callable_name(callable);
-    if (name == "len" && args.size() == 1 && args[0]->is_tensor()) {
-      py::object shape = args[0]->obj.attr("shape");
-      if (py::len(shape) == 0) FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
-      return Value::constant(shape[py::int_(0)]);
-    }
-    if (name == "isinstance" && args.size() == 2 && args[1]->is_constant_tree()) {
-      return Value::constant(
-          py::bool_(PyObject_IsSubclass(type_of(args[0]).ptr(), args[1]->as_python().ptr()) == 1));
-    }
-    if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
     const std::string module = py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>();
     if (name == "abs" || name == "pow" || module == "_operator") {
       return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),

@@ -49,8 +49,19 @@ void push_method(Tracer& t, const std::string& name) {
     t.push(self);
     return;
   }
+  ValuePtr attribute = t.attr(self, name);
+  if (attribute->method == "__property__") {
+    FJ_UNSUPPORTED(kUnsupportedValue, "calling the value of property {}", name);
+  }
+  if (attribute->kind == VKind::kObject && attribute->bound_self &&
+      PyFunction_Check(attribute->obj.ptr())) {
+    // CPython's own layout for a Python method: [function, self].
+    t.push(Value::object(attribute->obj));
+    t.push(attribute->bound_self);
+    return;
+  }
   t.push(Value::null());
-  t.push(t.attr(self, name));
+  t.push(attribute);
 }
 
 void op_load_attr(Tracer& t, const Instr& i) {
@@ -60,7 +71,12 @@ void op_load_attr(Tracer& t, const Instr& i) {
     return;
   }
   ValuePtr base = t.pop();
-  t.push(t.attr(base, name));
+  ValuePtr attribute = t.attr(base, name);
+  if (attribute->method == "__property__") {  // the getter's result is what LOAD_ATTR pushes
+    t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
+    return;
+  }
+  t.push(attribute);
 }
 
 void op_load_method(Tracer& t, const Instr& i) { push_method(t, t.co_name(i.arg)); }

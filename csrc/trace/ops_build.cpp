@@ -62,9 +62,19 @@ void op_build_slice(Tracer& t, const Instr& i) {
   t.push(Value::constant(slice));
 }
 
+// A list that existed before the region (read by source) is the caller's object: appending to
+// it is a side effect the exit could not replay, so the region ends there.
+void check_mutable(const ValuePtr& container) {
+  if (container->source >= 0) {
+    FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
+                   container->describe());
+  }
+}
+
 void op_list_extend(Tracer& t, const Instr& i) {
+  ValuePtr list = t.peek(static_cast<size_t>(i.arg));
+  check_mutable(list);
   ValuePtr items = t.pop();
-  ValuePtr list = t.peek(static_cast<size_t>(i.arg) - 1);
   if (items->is_sequence()) {
     for (const auto& item : items->items) list->items.push_back(item);
   } else if (items->is_const() && PyTuple_Check(items->obj.ptr())) {
@@ -77,8 +87,10 @@ void op_list_extend(Tracer& t, const Instr& i) {
 }
 
 void op_list_append(Tracer& t, const Instr& i) {
+  ValuePtr list = t.peek(static_cast<size_t>(i.arg));
+  check_mutable(list);
   ValuePtr item = t.pop();
-  t.peek(static_cast<size_t>(i.arg) - 1)->items.push_back(item);
+  list->items.push_back(item);
 }
 
 void op_list_to_tuple(Tracer& t, const Instr&) {
@@ -87,8 +99,9 @@ void op_list_to_tuple(Tracer& t, const Instr&) {
 }
 
 void op_dict_update(Tracer& t, const Instr& i) {
+  ValuePtr dict = t.peek(static_cast<size_t>(i.arg));
+  check_mutable(dict);
   ValuePtr update = t.pop();
-  ValuePtr dict = t.peek(static_cast<size_t>(i.arg) - 1);
   if (update->kind != VKind::kDict) {
     FJ_UNSUPPORTED(kUnsupportedValue, "dict update with {}", update->describe());
   }

@@ -37,7 +37,8 @@ void op_call(Tracer& t, const Instr& i) {
   std::vector<ValuePtr> args = t.pop_n(static_cast<size_t>(i.arg));
   ValuePtr callable_or_self = t.pop();
   ValuePtr callable_or_null = t.pop();
-  t.push(call_with(t, callable_or_null, callable_or_self, std::move(args), kw_names));
+  ValuePtr result = call_with(t, callable_or_null, callable_or_self, std::move(args), kw_names);
+  if (result) t.push(result);  // null: the callee was inlined and pushes its result on return
 }
 
 // f(*args, **kwargs): [NULL, callable, args tuple, (kwargs dict if arg & 1)].
@@ -59,7 +60,8 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
   if (null->kind != VKind::kNull) {
     FJ_UNSUPPORTED(kUnsupportedValue, "f(*args) on a method");
   }
-  t.push(t.call(fn, args_value->items, std::move(kwargs)));
+  ValuePtr result = t.call(fn, args_value->items, std::move(kwargs));
+  if (result) t.push(result);
 }
 
 }  // namespace

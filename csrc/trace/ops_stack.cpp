@@ -32,6 +32,32 @@ void op_load_global(Tracer& t, const Instr& i) {
 
 void op_return_value(Tracer& t, const Instr&) { t.finish(t.pop()); }
 
+// Closures. A local captured by an inner function lives in a cell; cells of the frame's own
+// function arrive through COPY_FREE_VARS.
+void op_make_cell(Tracer& t, const Instr& i) {
+  ValuePtr cell = std::make_shared<Value>();
+  cell->kind = VKind::kCell;
+  TraceFrame& fr = t.frame();
+  ValuePtr initial = fr.locals[i.arg];
+  if (!initial && !t.inlined()) {
+    try {
+      initial = t.local(i.arg);  // an argument that is also a cell variable
+    } catch (const Unsupported&) {
+      initial = nullptr;  // a plain cell variable: empty until assigned
+    }
+  }
+  if (initial && initial->kind != VKind::kNull) cell->items.push_back(initial);
+  t.set_local(i.arg, cell);
+}
+
+void op_copy_free_vars(Tracer& t, const Instr& i) { t.copy_free_vars(i.arg); }
+
+void op_load_deref(Tracer& t, const Instr& i) { t.push(t.cell_get(t.local(i.arg))); }
+
+void op_store_deref(Tracer& t, const Instr& i) { t.cell_set(t.local(i.arg), t.pop()); }
+
+void op_load_closure(Tracer& t, const Instr& i) { t.push(t.local(i.arg)); }
+
 void op_return_const(Tracer& t, const Instr& i) { t.finish(Value::constant(t.co_const(i.arg))); }
 
 }  // namespace
@@ -52,6 +78,11 @@ void register_stack_ops(HandlerTable& table) {
   set(Op::LOAD_GLOBAL, op_load_global);
   set(Op::RETURN_VALUE, op_return_value);
   set(Op::RETURN_CONST, op_return_const);
+  set(Op::MAKE_CELL, op_make_cell);
+  set(Op::COPY_FREE_VARS, op_copy_free_vars);
+  set(Op::LOAD_DEREF, op_load_deref);
+  set(Op::STORE_DEREF, op_store_deref);
+  set(Op::LOAD_CLOSURE, op_load_closure);
 }
 
 }  // namespace framejit

@@ -34,6 +34,7 @@ void PyRefs::init(py::object support_module) {
   r.device_type = r.torch.attr("device");
   r.dtype_type = r.torch.attr("dtype");
   r.meta_device = r.device_type("meta");
+  r.module_type = r.torch.attr("nn").attr("Module");
   r.cpu_device = r.device_type("cpu");
   r.operator_module = py::module_::import("operator");
   r.support = std::move(support_module);

@@ -15,6 +15,7 @@ struct PyRefs {
   py::object device_type;      // torch.device
   py::object dtype_type;       // torch.dtype
   py::object meta_device;      // torch.device("meta")
+  py::object module_type;      // torch.nn.Module
   py::object cpu_device;       // torch.device("cpu")
   py::object operator_module;  // operator
   py::object support;          // framejit._support: the Python half of tracing decisions

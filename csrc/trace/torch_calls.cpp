@@ -49,6 +49,7 @@ py::object meta_value(const ValuePtr& value) {
     }
     case VKind::kNull:
     case VKind::kIter:
+    case VKind::kCell:
       break;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
@@ -92,6 +93,7 @@ Arg arg_of(const ValuePtr& value) {
     }
     case VKind::kNull:
     case VKind::kIter:
+    case VKind::kCell:
       break;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
@@ -280,6 +282,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
                                  result, {meta_of(result, device)}, false, instr().line, name_hint);
+    locate(node);
     if (inplace) return args[0];
     return Value::tensor(node, result, device);
   }
@@ -291,6 +294,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
                                  result, std::move(metas), true, instr().line, name_hint);
+    locate(node);
     std::vector<ValuePtr> items;
     py::object getitem = refs.operator_module.attr("getitem");
     for (size_t i = 0; i < py::len(result); ++i) {
@@ -298,6 +302,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
       Node* item = graph_.add_call(NodeKind::kCallFunction, getitem, "operator.getitem", "[]",
                                    {Arg::of(node), Arg::constant(py::int_(i))}, {}, element,
                                    {meta_of(element, device)}, false, instr().line, "getitem");
+      locate(item);
       items.push_back(Value::tensor(item, element, device));
     }
     if (is_list) return Value::list(std::move(items));
@@ -305,13 +310,26 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
                         py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(result.ptr()))));
   }
   if (result.is_none() && returns_none_inplace(target_text)) {
-    graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
-                    target_text, infix, std::move(node_args), std::move(node_kwargs), py::none(), {},
-                    false, instr().line, name_hint);
+    locate(graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
+                           target_text, infix, std::move(node_args), std::move(node_kwargs),
+                           py::none(), {}, false, instr().line, name_hint));
     return Value::constant(py::none());
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {} (not a tensor) on meta tensors", target_text,
                  Py_TYPE(result.ptr())->tp_name);
+}
+
+void Tracer::locate(Node* node) {
+  if (!inlined()) return;
+  PyCodeObject* code = frame().code;
+  const char* file = PyUnicode_AsUTF8(code->co_filename);
+  const char* name = PyUnicode_AsUTF8(code->co_qualname);
+  if (!file || !name) {
+    PyErr_Clear();
+    return;
+  }
+  node->filename = file;
+  node->function = name;
 }
 
 ValuePtr Tracer::record_operator(const char* fn_name, const char* infix,

@@ -97,15 +97,20 @@ const char* exit_kind_name(ExitKind kind) {
 }
 
 Tracer::Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
-               int entry_pc)
+               int entry_pc, const std::map<CallSite, std::string>* no_inline)
     : code_(code),
-      bytecode_(bytecode),
       frame_(frame),
       entry_pc_(entry_pc),
+      no_inline_(no_inline),
       graph_(code_string(code->co_filename), code_string(code->co_qualname),
              code->co_firstlineno) {
-  locals_.resize(static_cast<size_t>(code->co_nlocalsplus));
-  dirty_.resize(locals_.size(), false);
+  auto root = std::make_unique<TraceFrame>();
+  root->code = code;
+  root->bytecode = &bytecode;
+  root->locals.resize(static_cast<size_t>(code->co_nlocalsplus));
+  root->dirty.resize(root->locals.size(), false);
+  root->pc = entry_pc;
+  frames_.push_back(std::move(root));
 }
 
 Tracer::~Tracer() {
@@ -116,27 +121,28 @@ void Tracer::wrap_entry_stack() {
   for (int i = 0; i < frame_.stack_size; ++i) {
     if (frame_.stack[i] == nullptr) {
       entry_nulls_.push_back(true);
-      stack_.push_back(Value::null());
+      push(Value::null());
       continue;
     }
     entry_nulls_.push_back(false);
     ValuePtr value = load_source(SourceTable::stack(i));
     FJ_CHECK(value != nullptr, "entry stack value {} unreadable", i);
-    stack_.push_back(std::move(value));
+    push(std::move(value));
   }
 }
 
 void Tracer::run() {
   const HandlerTable& table = handlers();
   wrap_entry_stack();
-  pc_ = entry_pc_;
   while (!finished_) {
-    const Instr& ins = bytecode_.at(pc_);
+    TraceFrame* fr = frames_.back().get();
+    const size_t depth = frames_.size();
+    const Instr& ins = fr->bytecode->at(fr->pc);
     current_ = &ins;
     next_pc_ = ins.next;
     // Handlers pop before they find out they cannot go on; the exit needs the stack as it was.
-    std::vector<ValuePtr> saved_stack = stack_;
-    py::object saved_kw_names = kw_names_;
+    std::vector<ValuePtr> saved_stack = fr->stack;
+    py::object saved_kw_names = fr->kw_names;
     try {
       if (steps_ >= kMaxSteps) {
         FJ_UNSUPPORTED(kTraceTooLong, "trace exceeded {} instructions", kMaxSteps);
@@ -147,13 +153,25 @@ void Tracer::run() {
       }
       handler(*this, ins);
     } catch (Unsupported& e) {
-      stack_ = std::move(saved_stack);
-      kw_names_ = std::move(saved_kw_names);
+      if (depth > 1) {
+        // Inside an inlined callee: the region must end at the outermost-but-one call instead,
+        // so retrace with this callee's call site not inlined.
+        const TraceFrame& caller = *frames_[depth - 2];
+        const int line = ins.line;
+        throw InlineBreak{{caller.code, fr->call_site},
+                          fmt::format("{} [{}] in {} ({}:{})", e.what(),
+                                      break_kind_name(e.kind()), code_string(fr->code->co_qualname),
+                                      code_string(fr->code->co_filename), line)};
+      }
+      fr->stack = std::move(saved_stack);
+      fr->kw_names = std::move(saved_kw_names);
       end_at(ins, e);
       return;
     }
     ++steps_;
-    pc_ = next_pc_;
+    // A RETURN_VALUE in a callee popped its frame; a call that inlined pushed one. Either way the
+    // frame that ran this instruction goes on at next_pc_.
+    if (depth <= frames_.size() && frames_[depth - 1].get() == fr) fr->pc = next_pc_;
   }
 }
 
@@ -170,7 +188,7 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
   } else if (ins.op == Op::CALL || ins.op == Op::CALL_FUNCTION_EX) {
     kind = ExitKind::kCall;
     exit_.nargs = ins.op == Op::CALL ? ins.arg : -1 - (ins.arg & 1);
-    exit_.kwnames = kw_names_ ? kw_names_ : py::none();
+    exit_.kwnames = frame().kw_names ? frame().kw_names : py::none();
   } else if (ins.op == Op::GET_ITER || ins.op == Op::FOR_ITER) {
     kind = ExitKind::kIter;
   }
@@ -179,48 +197,53 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
 
 void Tracer::build_exit_state(ExitKind kind) {
   exit_.kind = kind;
-  for (size_t i = 0; i < locals_.size(); ++i) {
-    if (!dirty_[i]) continue;
+  TraceFrame& root = *frames_[0];
+  for (size_t i = 0; i < root.locals.size(); ++i) {
+    if (!root.dirty[i]) continue;
     Rebuild r;
     r.kind = Rebuild::Kind::kNull;
-    if (locals_[i] && locals_[i]->kind != VKind::kNull) r = rebuild_of(locals_[i]);
+    if (root.locals[i] && root.locals[i]->kind != VKind::kNull) r = rebuild_of(root.locals[i]);
     exit_.locals.emplace_back(static_cast<int>(i), std::move(r));
   }
-  for (const auto& value : stack_) exit_.stack.push_back(rebuild_of(value));
+  for (const auto& value : root.stack) exit_.stack.push_back(rebuild_of(value));
   graph_.set_output(std::move(outputs_));
   graph_.remove_unused_getitems();
 }
 
 ValuePtr Tracer::pop() {
-  FJ_CHECK(!stack_.empty(), "pop from an empty stack at {}", op_name(current_->op));
-  ValuePtr value = std::move(stack_.back());
-  stack_.pop_back();
+  auto& stack = frame().stack;
+  FJ_CHECK(!stack.empty(), "pop from an empty stack at {}", op_name(current_->op));
+  ValuePtr value = std::move(stack.back());
+  stack.pop_back();
   return value;
 }
 
 std::vector<ValuePtr> Tracer::pop_n(size_t n) {
-  FJ_CHECK(stack_.size() >= n, "pop of {} from a stack of {}", n, stack_.size());
-  std::vector<ValuePtr> out(std::make_move_iterator(stack_.end() - static_cast<long>(n)),
-                            std::make_move_iterator(stack_.end()));
-  stack_.resize(stack_.size() - n);
+  auto& stack = frame().stack;
+  FJ_CHECK(stack.size() >= n, "pop of {} from a stack of {}", n, stack.size());
+  std::vector<ValuePtr> out(std::make_move_iterator(stack.end() - static_cast<long>(n)),
+                            std::make_move_iterator(stack.end()));
+  stack.resize(stack.size() - n);
   return out;
 }
 
 ValuePtr& Tracer::peek(size_t depth) {
-  FJ_CHECK(stack_.size() > depth, "peek {} into a stack of {}", depth, stack_.size());
-  return stack_[stack_.size() - 1 - depth];
+  auto& stack = frame().stack;
+  FJ_CHECK(stack.size() > depth, "peek {} into a stack of {}", depth, stack.size());
+  return stack[stack.size() - 1 - depth];
 }
 
 py::object Tracer::co_const(int index) const {
-  return py::reinterpret_borrow<py::object>(PyTuple_GET_ITEM(code_->co_consts, index));
+  return py::reinterpret_borrow<py::object>(
+      PyTuple_GET_ITEM(frames_.back()->code->co_consts, index));
 }
 
 std::string Tracer::co_name(int index) const {
-  return code_string(PyTuple_GET_ITEM(code_->co_names, index));
+  return code_string(PyTuple_GET_ITEM(frames_.back()->code->co_names, index));
 }
 
 std::string Tracer::co_varname(int index) const {
-  return code_string(PyTuple_GET_ITEM(code_->co_localsplusnames, index));
+  return code_string(PyTuple_GET_ITEM(frames_.back()->code->co_localsplusnames, index));
 }
 
 ValuePtr Tracer::load_source(Source source) {
@@ -238,34 +261,44 @@ ValuePtr Tracer::load_source(Source source) {
 }
 
 ValuePtr Tracer::local(int index) {
-  FJ_CHECK(index >= 0 && index < static_cast<int>(locals_.size()), "local {} out of range", index);
-  if (locals_[index]) {
-    if (locals_[index]->kind == VKind::kNull) {
+  TraceFrame& fr = frame();
+  FJ_CHECK(index >= 0 && index < static_cast<int>(fr.locals.size()), "local {} out of range",
+           index);
+  if (fr.locals[index]) {
+    if (fr.locals[index]->kind == VKind::kNull) {
       FJ_UNSUPPORTED(kUnsupportedValue, "local '{}' is unbound here", co_varname(index));
     }
-    return locals_[index];
+    return fr.locals[index];
+  }
+  if (inlined()) {  // callee locals all come from its arguments
+    FJ_UNSUPPORTED(kUnsupportedValue, "local '{}' is unbound here", co_varname(index));
   }
   ValuePtr value = load_source(SourceTable::local(index, co_varname(index)));
   if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "local '{}' is unbound here", co_varname(index));
-  locals_[index] = value;
+  fr.locals[index] = value;
   return value;
 }
 
 void Tracer::set_local(int index, ValuePtr value) {
   // Storing also shadows the entry value: later loads see the new value, not the source.
-  locals_[index] = std::move(value);
-  dirty_[index] = true;
+  TraceFrame& fr = frame();
+  fr.locals[index] = std::move(value);
+  if (!inlined()) fr.dirty[index] = true;
 }
 
 void Tracer::delete_local(int index) {
   local(index);  // an unbound local would raise here at run time: leave that to CPython
   // A later load must fail as in Python; a Null keeps local() from re-reading the frame.
-  locals_[index] = Value::null();
-  dirty_[index] = true;
+  set_local(index, Value::null());
 }
 
 ValuePtr Tracer::global(const std::string& name) {
-  ValuePtr value = load_source(SourceTable::global(name));
+  ValuePtr value;
+  if (inlined()) {
+    value = load_source(SourceTable::global_of(frame().globals, name));
+  } else {
+    value = load_source(SourceTable::global(name));
+  }
   if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "name '{}' is not defined", name);
   return value;
 }
@@ -381,6 +414,7 @@ bool Tracer::truthy(const ValuePtr& value) {
       if (is_identity_object(value->obj.ptr())) return true;
       FJ_UNSUPPORTED(kDataDependent, "truth value of {}", value->describe());
     case VKind::kIter:
+    case VKind::kCell:
       return true;
     case VKind::kNull:
       break;
@@ -389,6 +423,11 @@ bool Tracer::truthy(const ValuePtr& value) {
 }
 
 void Tracer::finish(const ValuePtr& value) {
+  if (inlined()) {
+    frames_.pop_back();
+    push(value);
+    return;
+  }
   exit_.kind = ExitKind::kReturn;
   exit_.pc = current_->start;
   exit_.op_pc = current_->offset;
@@ -423,11 +462,24 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
     case VKind::kConst:
       return Rebuild::constant(value->obj);
     case VKind::kObject:
+      if (value->bound_self) {  // a bound method: types.MethodType(function, self)
+        return Rebuild::call(py::module_::import("types").attr("MethodType"),
+                             {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
+      }
       if (!value->method.empty()) {
         // LOAD_METHOD's [method, self] pair: CPython holds the function found on the type.
         FJ_CHECK(value->obj && !value->obj.is_none(), "method marker without its function");
       }
       return Rebuild::constant(value->obj);
+    case VKind::kCell: {
+      // A cell made by MAKE_CELL in this region: a new cell with the content it has now.
+      std::vector<Rebuild> content;
+      if (!value->items.empty()) content.push_back(rebuild_of(value->items[0]));
+      r = Rebuild::call(py::module_::import("types").attr("CellType"), std::move(content));
+      if (value->memo < 0) value->memo = exit_.memo_size++;
+      r.memo = value->memo;
+      return r;
+    }
     case VKind::kSymNum: {
       std::vector<Rebuild> args;
       for (const auto& item : value->items) args.push_back(rebuild_of(item));

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <array>
+#include <map>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -34,17 +36,45 @@ void register_control_ops(HandlerTable& table);
 // A keyword argument at a call: name and value.
 using KwValues = std::vector<std::pair<std::string, ValuePtr>>;
 
+// A call site (code object, code unit of its CALL) whose callee must not be inlined, because
+// tracing through it broke; the region then ends at that call instead.
+using CallSite = std::pair<PyCodeObject*, int>;
+
+// Thrown out of Tracer::run when an inlined callee cannot be traced: the caller retraces with
+// `site` not inlined (at most a few times: once per level of inlining).
+struct InlineBreak {
+  CallSite site;
+  std::string reason;
+};
+
+// One Python frame being traced: the region's own frame (the root) or an inlined callee.
+struct TraceFrame {
+  PyCodeObject* code = nullptr;  // borrowed: the root frame's, or kept alive by `function`
+  const Bytecode* bytecode = nullptr;
+  std::vector<ValuePtr> locals;
+  std::vector<bool> dirty;  // root: locals stored or deleted during the trace
+  std::vector<ValuePtr> stack;
+  py::object kw_names;
+  py::object function;   // inlined: the function object
+  ValuePtr function_value;
+  py::object globals;    // inlined: the function's globals dict (root: read through sources)
+  int pc = 0;
+  int call_site = -1;    // inlined: code unit of the CALL in the caller
+};
+
 class Tracer {
  public:
   // Borrowed: code, frame (both must outlive the tracer). `frame.stack` is the value stack at
-  // `entry_pc` (empty at 0).
-  Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame, int entry_pc);
+  // `entry_pc` (empty at 0). Calls at `no_inline` sites are not traced into.
+  Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame, int entry_pc,
+         const std::map<CallSite, std::string>* no_inline = nullptr);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
   // Traces from the entry to the first exit and fills exit(). Instructions the tracer cannot
-  // handle end the region there (see ExitKind). Throws InternalError on framejit bugs.
+  // handle end the region there (see ExitKind). Throws InlineBreak when an inlined callee
+  // cannot be traced, InternalError on framejit bugs.
   void run();
 
   // ---- results ----
@@ -56,14 +86,17 @@ class Tracer {
   const std::vector<bool>& entry_nulls() const { return entry_nulls_; }
   int instructions_traced() const { return steps_; }
 
-  // ---- for opcode handlers ----
+  // ---- for opcode handlers: they act on the innermost frame ----
+  TraceFrame& frame() { return *frames_.back(); }
+  bool inlined() const { return frames_.size() > 1; }
   const Instr& instr() const { return *current_; }
   int entry_pc() const { return entry_pc_; }
-  void push(ValuePtr value) { stack_.push_back(std::move(value)); }
+  void push(ValuePtr value) { frame().stack.push_back(std::move(value)); }
   ValuePtr pop();
   std::vector<ValuePtr> pop_n(size_t n);
   ValuePtr& peek(size_t depth = 0);
   void jump(int target) { next_pc_ = target; }
+  // RETURN_VALUE: ends the region in the root frame, returns to the caller in an inlined one.
   void finish(const ValuePtr& value);
 
   ValuePtr local(int index);
@@ -74,16 +107,31 @@ class Tracer {
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   void store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs);
+  // Traces into a Python function: binds the arguments and pushes its frame. The result is
+  // pushed on the caller's stack when the callee returns.
+  void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
+                   KwValues kwargs);
+  // Calling an nn.Module without hooks: traces into type(module).forward.
+  void inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
   // Python truthiness of a value known at trace time; throws Unsupported (kDataDependent) for
   // tensors and other values only the run time knows.
   bool truthy(const ValuePtr& value);
   // Pins a number to its trace-time value (guards on every source it came from).
   ValuePtr specialize(const ValuePtr& value);
+  // The children of a module container with a source (ModuleList, Sequential, ParameterList),
+  // or the keys of a ModuleDict, in iteration order, with a guard on their number. False for
+  // anything else.
+  bool module_children(const ValuePtr& container, std::vector<ValuePtr>& out);
+  // Cells (closure variables): the content of a cell value, and storing into one.
+  ValuePtr cell_get(const ValuePtr& cell);
+  void cell_set(const ValuePtr& cell, ValuePtr value);
+  // COPY_FREE_VARS: the cells of the current frame's function closure.
+  void copy_free_vars(int n);
 
   py::object co_const(int index) const;
   std::string co_name(int index) const;
   std::string co_varname(int index) const;  // localsplus name
-  py::object& kw_names() { return kw_names_; }
+  py::object& kw_names() { return frame().kw_names; }
 
   // Records `fn(*args, **kwargs)` (kCallFunction) or `args[0].method(...)` (kCallMethod) on the
   // meta tensors and returns the abstract result. `infix` is set for operator targets.
@@ -107,25 +155,26 @@ class Tracer {
  private:
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);
+  std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,
+                                       const ValuePtr& fn, std::vector<ValuePtr> args,
+                                       KwValues kwargs);
   void build_exit_state(ExitKind kind);
   Rebuild rebuild_of(const ValuePtr& value);
   ValuePtr wrap_call_result(py::handle result, py::object device, Node* node,
                             const std::vector<ValuePtr>& args, bool inplace);
   TensorMeta meta_of(py::handle meta, py::handle device);
+  // Marks a node made inside an inlined callee with the callee's file and function.
+  void locate(Node* node);
 
-  PyCodeObject* code_;
-  const Bytecode& bytecode_;
+  PyCodeObject* code_;  // the root frame's code
   FrameState frame_;
   int entry_pc_;
+  const std::map<CallSite, std::string>* no_inline_;
   std::vector<PyObject*> live_;  // live values of sources by slot (owned: decref'd in dtor)
 
-  std::vector<ValuePtr> locals_;
-  std::vector<bool> dirty_;  // locals stored or deleted during the trace
-  std::vector<ValuePtr> stack_;
+  std::vector<std::unique_ptr<TraceFrame>> frames_;  // [0] is the root
   std::vector<bool> entry_nulls_;
-  py::object kw_names_;
   const Instr* current_ = nullptr;
-  int pc_ = 0;
   int next_pc_ = 0;
   int steps_ = 0;
   bool finished_ = false;

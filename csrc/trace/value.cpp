@@ -17,6 +17,7 @@ const char* vkind_name(VKind kind) {
     case VKind::kNull: return "Null";
     case VKind::kSymNum: return "SymNum";
     case VKind::kIter: return "Iter";
+    case VKind::kCell: return "Cell";
   }
   return "?";
 }

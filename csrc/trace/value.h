@@ -22,6 +22,8 @@ enum class VKind : uint8_t {
   kSymNum,  // a Python int/float whose value is not specialised: an entry value of a region that
             // starts mid-frame (e.g. the result of .item()), or arithmetic on such values
   kIter,    // an iterator over `items` being unrolled; `index` items already consumed
+  kCell,    // a closure cell: `items` holds its content (empty: an empty cell); `source` set for a
+            // cell that existed before the trace (read-only here)
 };
 
 const char* vkind_name(VKind kind);
@@ -42,6 +44,7 @@ struct Value {
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
   size_t index = 0;              // kIter: items consumed so far
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
+  ValuePtr bound_self;           // kObject holding a Python function bound to an instance
 
   static ValuePtr constant(py::object value, int source = -1);
   static ValuePtr object(py::object value, int source = -1);

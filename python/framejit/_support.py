@@ -7,6 +7,7 @@ import builtins
 import logging
 import math
 import operator
+import types
 import warnings
 
 import torch
@@ -137,6 +138,58 @@ def make_meta(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor with t's sizes, strides, dtype and requires_grad (no data, no device)."""
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",
                                requires_grad=t.requires_grad)
+
+
+def global_module_hooks() -> bool:
+    """Whether any global nn.Module hook is registered (then module calls are not inlined)."""
+    from torch.nn.modules import module as m
+    return any(bool(getattr(m, name, None)) for name in (
+        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
+        "_global_backward_pre_hooks", "_global_forward_hooks_always_called"))
+
+
+def resolve_attribute(obj, name: str):
+    """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
+    'instance' (plain instance state, incl. nn.Module parameters/buffers/submodules),
+    'function', 'staticmethod', 'classmethod' (value: the function), 'property' (value: fget),
+    'class_value' (a plain class attribute) or 'missing'."""
+    found = None
+    for klass in type(obj).__mro__:
+        if name in klass.__dict__:
+            found = klass.__dict__[name]
+            break
+    if isinstance(found, property):
+        return ("property", found.fget) if found.fget is not None else ("missing", None)
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict):
+        if name in state:
+            return ("instance", None)
+        for store in ("_parameters", "_buffers", "_modules"):
+            inner = state.get(store)
+            if isinstance(inner, dict) and name in inner:
+                return ("instance", None)
+    if found is None:
+        return ("missing", None)
+    if isinstance(found, staticmethod):
+        return ("staticmethod", found.__func__)
+    if isinstance(found, classmethod):
+        return ("classmethod", found.__func__)
+    if isinstance(found, types.FunctionType):
+        return ("function", found)
+    if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
+        return ("missing", None)
+    return ("class_value", None)
+
+
+def module_container_keys(obj):
+    """The child keys a ModuleList / Sequential / ModuleDict / ParameterList iterates over, and
+    the attribute holding them, or None for anything else."""
+    nn = torch.nn
+    if isinstance(obj, (nn.ModuleList, nn.Sequential, nn.ModuleDict)):
+        return "_modules", list(obj._modules.keys())
+    if isinstance(obj, (nn.ParameterList, nn.ParameterDict)):
+        return "_parameters", list(obj._parameters.keys())
+    return None
 
 
 def default_device():

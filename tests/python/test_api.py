@@ -174,20 +174,18 @@ def outer_calls_helper(x):
     return helper_inner(x) * 2
 
 
-def test_nested_user_call_is_hooked_and_disable_stops_it():
+def test_nested_user_call_is_inlined_and_disable_keeps_it_out():
     global helper_inner
     counter = CompileCounter()
     compiled = framejit.compile(outer_calls_helper, backend=counter)
     x = torch.randn(3)
     assert same(compiled(x), outer_calls_helper(x))
-    # The outer frame does not inline helper_inner (yet): its region ends at the call, the runtime
-    # makes the call, helper_inner's own frame meets the hook and compiles, and a second region
-    # of the outer frame runs `* 2`.
-    outer = regions(outer_calls_helper)
-    assert [(r["kind"], r["exit"]) for r in outer] == [("compiled", "call"), ("compiled", "return")]
-    assert "call to helper_inner is not traced yet" in outer[0]["reason"]
-    assert regions(helper_inner)[0]["kind"] == "compiled"
-    assert counter.frame_count == 2  # helper's exp/sub, then the outer mul
+    # helper_inner is traced into: one graph with exp, sub and mul, and no frame of its own.
+    assert counter.frame_count == 1
+    assert [n.target.__name__ for n in counter.graphs[0].graph.nodes
+            if n.op == "call_function"] == ["sub", "mul"]
+    assert [(r["kind"], r["exit"]) for r in regions(outer_calls_helper)] == [("compiled", "return")]
+    assert regions(helper_inner) == []
 
     framejit.reset()
     counter.clear()
@@ -195,7 +193,12 @@ def test_nested_user_call_is_hooked_and_disable_stops_it():
     helper_inner = framejit.disable(original)
     try:
         assert same(compiled(x), outer_calls_helper(x))
-        assert counter.frame_count == 1  # only the outer mul: helper_inner ran in plain Python
+        # The disabled helper is a call the runtime makes, in plain Python: the outer frame
+        # compiles around it (only `* 2` has a tensor op).
+        outer = regions(outer_calls_helper)
+        assert [(r["kind"], r["exit"]) for r in outer] == [("compiled", "call"),
+                                                            ("compiled", "return")]
+        assert counter.frame_count == 1
         assert regions(original) == []
     finally:
         helper_inner = original

@@ -1,0 +1,666 @@
+"""framejit vs torch.compile (Dynamo) vs eager: front-end cost, per-call overhead and memory.
+
+Run from the repository root:
+
+    PYTHONPATH=python python3 benchmarks/run.py            # full run (~10-20 min on 2 cores)
+    PYTHONPATH=python python3 benchmarks/run.py --quick    # smaller sizes, fewer repeats (<5 min)
+
+Everything runs side by side in this process (framejit, Dynamo with the same backends, eager),
+except the 5,000-op traces of the full run, which run in a child process killed after
+--cap seconds (default 180) so that one slow compiler cannot stall the run. Tables are printed
+and written to benchmarks/results/results.md (plus results.json and, when matplotlib is
+installed, results.png).
+
+What is measured
+  1. Front-end trace+compile time. Straight-line chains of 100 / 1,000 / 5,000 tensor ops
+     (generated with exec) and `for i in range(N): x = torch.sin(x) + 1` (N = 100, 1,000), with a
+     pass-through backend that returns gm.forward, so only the front end is timed. Time =
+     first call (trace + compile + run) minus one eager call; reported in seconds, in
+     microseconds per captured op (ops = call nodes of the FX graphs handed to the backend) and
+     as the Dynamo/framejit ratio. framejit.reset() and torch._dynamo.reset() before each.
+  2. Per-call overhead (cached path, under torch.no_grad()): `x + 1` on a 1-element tensor and a
+     module with 100 Parameters used directly in a straight-line forward, with backend="eager";
+     then the same module with a backend whose callable returns precomputed outputs, so only the
+     compiler's hook, guards and input gathering are timed. min over interleaved timeit repeats.
+  3. Memory: bytes retained per cached compiled function over N distinct small functions, by
+     tracemalloc (Python's allocators only), glibc mallinfo2 (C++ new, libtorch, large Python
+     blocks) and RSS (everything, coarse); and a weakref check that input tensors are not kept
+     alive by the compiled code.
+"""
+import argparse
+import ctypes
+import dataclasses
+import datetime
+import gc
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import timeit
+import tracemalloc
+import weakref
+
+import torch
+import torch._dynamo
+import torch.nn as nn
+
+import framejit
+
+RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+COMPILERS = ("framejit", "dynamo")
+
+# One cycle of the straight-line chain: (source line, tensor ops it records).
+CHAIN_CYCLE = (
+    ("x = x * 1.0001 + 0.5", 2),
+    ("x = torch.sin(x)", 1),
+    ("x = x - 0.25", 1),
+    ("x = torch.relu(x)", 1),
+)
+
+GOALS = {
+    "trace_speedup": 50.0,          # Dynamo µs/op divided by framejit µs/op, at least
+    "tiny_vs_eager": 1.3,           # framejit tiny-function call / eager call, at most
+    "tiny_vs_dynamo": 0.3,          # framejit / Dynamo, at most
+    "precomputed_us": 5.0,          # framejit 100-param module, precomputed backend, µs at most
+    "precomputed_vs_dynamo": 0.3,   # framejit / Dynamo, at most
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers shared by the sections
+# --------------------------------------------------------------------------------------------
+
+def compile_with(compiler, fn, backend):
+    """fn (a function or nn.Module) compiled by "framejit" or "dynamo" with the given backend."""
+    if compiler == "framejit":
+        return framejit.compile(fn, backend=backend)
+    return torch.compile(fn, backend=backend)
+
+
+def reset_compilers():
+    framejit.reset()
+    torch._dynamo.reset()
+    gc.collect()
+
+
+def make_function(source, name="f"):
+    """Define a function from source text; each call gives a new, distinct code object."""
+    namespace = {"torch": torch}
+    exec(compile(source, f"<bench {name}>", "exec"), namespace)
+    return namespace[name]
+
+
+def chain_source(n_ops):
+    """A straight-line function of exactly n_ops tensor ops, cycling through CHAIN_CYCLE."""
+    lines, ops, i = [], 0, 0
+    while ops < n_ops:
+        line, cost = CHAIN_CYCLE[i % len(CHAIN_CYCLE)]
+        if ops + cost > n_ops:
+            line, cost = "x = torch.sin(x)", 1
+        lines.append(f"    {line}\n")
+        ops, i = ops + cost, i + 1
+    return "def f(x):\n" + "".join(lines) + "    return x\n"
+
+
+def loop_source(n_iters):
+    return ("def f(x):\n"
+            f"    for i in range({n_iters}):\n"
+            "        x = torch.sin(x) + 1\n"
+            "    return x\n")
+
+
+def count_ops(graph_modules):
+    return sum(1 for gm in graph_modules for node in gm.graph.nodes if node.op.startswith("call"))
+
+
+class PassThroughBackend:
+    """Records the graphs it is given and runs them as they are (gm.forward)."""
+
+    def __init__(self):
+        self.graphs = []
+        self.__name__ = "pass_through"
+
+    def __call__(self, gm, example_inputs):
+        self.graphs.append(gm)
+        return gm.forward
+
+
+def precomputed_backend(gm, example_inputs):
+    """Runs the graph once at compile time; its callable returns those outputs every call."""
+    outputs = gm.forward(*example_inputs)
+    return lambda *args: outputs
+
+
+def same_result(actual, expected):
+    try:
+        return bool(torch.allclose(actual, expected, equal_nan=True))
+    except Exception:  # noqa: BLE001  (a wrong type or shape is a mismatch)
+        return False
+
+
+def markdown_table(headers, rows):
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(str(cell) for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def fmt(value, digits=3):
+    """Numbers for tables: '-' for missing, 3 significant digits otherwise."""
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}" if abs(value) < 10 ** digits else f"{value:.0f}"
+    return str(value)
+
+
+def ratio(numerator, denominator):
+    if numerator is None or denominator is None or denominator == 0:
+        return None
+    return numerator / denominator
+
+
+# --------------------------------------------------------------------------------------------
+# Section 1: front-end trace + compile time
+# --------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class TraceResult:
+    compiler: str
+    case: str
+    size: int
+    seconds: float = None      # first call minus eager call
+    ops: int = None            # call nodes in the graphs handed to the backend
+    graphs: int = None
+    correct: bool = None
+    note: str = ""
+
+    @property
+    def us_per_op(self):
+        return self.seconds / self.ops * 1e6 if self.seconds is not None and self.ops else None
+
+
+def trace_source(case, size):
+    return chain_source(size) if case == "chain" else loop_source(size)
+
+
+def warm_up_trace(compiler):
+    """First compiles pay one-off imports and caches; pay them outside the measurement."""
+    x = torch.randn(8)
+    for case in ("chain", "loop"):
+        compile_with(compiler, make_function(trace_source(case, 10)), PassThroughBackend())(x)
+    reset_compilers()
+
+
+def measure_trace(compiler, case, size, repeats):
+    """Best of `repeats` fresh compiles of a freshly generated function."""
+    result = TraceResult(compiler, case, size)
+    x = torch.randn(8)
+    for _ in range(repeats):
+        fn = make_function(trace_source(case, size))
+        expected = fn(x)
+        start = time.perf_counter()
+        fn(x)
+        eager_s = time.perf_counter() - start
+        backend = PassThroughBackend()
+        compiled = compile_with(compiler, fn, backend)
+        reset_compilers()
+        start = time.perf_counter()
+        actual = compiled(x)
+        seconds = time.perf_counter() - start - eager_s
+        if result.seconds is None or seconds < result.seconds:
+            result.seconds = seconds
+        result.ops, result.graphs = count_ops(backend.graphs), len(backend.graphs)
+        result.correct = same_result(actual, expected)
+        del compiled, backend
+        reset_compilers()
+    return result
+
+
+def measure_trace_in_child(compiler, case, size, cap_s):
+    """measure_trace in a fresh interpreter, killed after cap_s seconds."""
+    command = [sys.executable, os.path.abspath(__file__), "--child-trace", compiler, case, str(size)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=cap_s)
+    except subprocess.TimeoutExpired:
+        return TraceResult(compiler, case, size, note=f"not finished within the {cap_s:.0f} s cap")
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return TraceResult(compiler, case, size, note=f"child failed (rc {done.returncode}): {tail}")
+    return TraceResult(**json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def child_trace(compiler, case, size):
+    """Entry point of the child process: one measurement, printed as JSON."""
+    warm_up_trace(compiler)
+    result = measure_trace(compiler, case, int(size), repeats=1)
+    result.note = "separate process"
+    print(json.dumps(dataclasses.asdict(result)))
+
+
+def run_trace_section(args):
+    chain_sizes = [100, 1000] if args.quick else [100, 1000, 5000]
+    cases = [("chain", n) for n in chain_sizes] + [("loop", 100), ("loop", 1000)]
+    repeats = 1 if args.quick else 3
+    for compiler in COMPILERS:
+        warm_up_trace(compiler)
+    results = []
+    for case, size in cases:
+        for compiler in COMPILERS:
+            print(f"  trace {case} {size} with {compiler} ...", flush=True)
+            if size >= 5000:
+                result = measure_trace_in_child(compiler, case, size, args.cap)
+            else:
+                result = measure_trace(compiler, case, size, repeats)
+            results.append(result)
+    return results
+
+
+def trace_table(results):
+    by_key = {(r.case, r.size, r.compiler): r for r in results}
+    rows = []
+    for case, size in dict.fromkeys((r.case, r.size) for r in results):
+        fj, dyn = by_key[(case, size, "framejit")], by_key[(case, size, "dynamo")]
+        label = f"chain of {size:,} ops" if case == "chain" else f"loop range({size:,}), sin+add"
+        rows.append([
+            label,
+            f"{fmt(fj.ops)} / {fmt(dyn.ops)}",
+            f"{fmt(fj.graphs)} / {fmt(dyn.graphs)}",
+            fmt(fj.seconds), fmt(dyn.seconds),
+            fmt(fj.us_per_op), fmt(dyn.us_per_op),
+            fmt(ratio(dyn.us_per_op, fj.us_per_op)),
+            f"{correctness(fj)} / {correctness(dyn)}",
+        ])
+    headers = ["case", "ops captured (fj / Dynamo)", "graphs (fj / Dynamo)", "framejit s",
+               "Dynamo s", "framejit µs/op", "Dynamo µs/op", "Dynamo / framejit",
+               "result matches eager (fj / Dynamo)"]
+    notes = [f"- {r.compiler}, {r.case} {r.size:,}: {r.note}" for r in results if r.note]
+    return markdown_table(headers, rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+def correctness(result):
+    return {True: "yes", False: "**NO**", None: "-"}[result.correct]
+
+
+# --------------------------------------------------------------------------------------------
+# Section 2: per-call overhead
+# --------------------------------------------------------------------------------------------
+
+def tiny_function(x):
+    return x + 1
+
+
+def make_param_module(n_params=100, size=4):
+    """A module whose forward uses its n_params Parameters directly, in one straight line:
+    x = x * self.p0 + self.p1; x = x * self.p2 + self.p3; ..."""
+    body = "".join(f"    x = x * self.p{i} + self.p{i + 1}\n" for i in range(0, n_params, 2))
+    forward = make_function("def forward(self, x):\n" + body + "    return x\n", "forward")
+    module = type("HundredParams", (nn.Module,), {"forward": forward})()
+    for i in range(n_params):
+        init = torch.rand(size) * 0.01 + (1.0 if i % 2 == 0 else 0.0)
+        setattr(module, f"p{i}", nn.Parameter(init))
+    return module
+
+
+def interleaved_us_per_call(callables, arg, repeats):
+    """µs per call of each callable: min over `repeats` rounds, candidates interleaved so that
+    a change in machine load hits them alike."""
+    timers = {name: timeit.Timer("fn(x)", globals={"fn": fn, "x": arg})
+              for name, fn in callables.items()}
+    numbers = {name: timer.autorange()[0] for name, timer in timers.items()}
+    best = {name: float("inf") for name in timers}
+    for _ in range(repeats):
+        for name, timer in timers.items():
+            best[name] = min(best[name], timer.timeit(numbers[name]) / numbers[name] * 1e6)
+    return best
+
+
+@dataclasses.dataclass
+class CallResult:
+    case: str
+    eager_us: float
+    framejit_us: float
+    dynamo_us: float
+    correct: dict
+
+    @property
+    def framejit_vs_eager(self):
+        return ratio(self.framejit_us, self.eager_us)
+
+    @property
+    def framejit_vs_dynamo(self):
+        return ratio(self.framejit_us, self.dynamo_us)
+
+    @property
+    def dynamo_vs_eager(self):
+        return ratio(self.dynamo_us, self.eager_us)
+
+
+def measure_calls(case, fn, arg, backend, repeats):
+    reset_compilers()
+    expected = fn(arg)
+    callables, correct = {"eager": fn}, {}
+    for compiler in COMPILERS:
+        compiled = compile_with(compiler, fn, backend)
+        correct[compiler] = same_result(compiled(arg), expected)
+        compiled(arg)  # the cached path from here on
+        callables[compiler] = compiled
+    us = interleaved_us_per_call(callables, arg, repeats)
+    reset_compilers()
+    return CallResult(case, us["eager"], us["framejit"], us["dynamo"], correct)
+
+
+def run_call_section(args):
+    repeats = 5 if args.quick else 15
+    module = make_param_module()
+    results = []
+    with torch.no_grad():
+        print("  per-call: tiny function ...", flush=True)
+        results.append(measure_calls("tiny `x + 1`, 1-element tensor, backend eager",
+                                     tiny_function, torch.randn(1), "eager", repeats))
+        print("  per-call: 100-parameter module ...", flush=True)
+        results.append(measure_calls("100-Parameter module, backend eager",
+                                     module, torch.randn(4), "eager", repeats))
+        print("  per-call: 100-parameter module, precomputed-output backend ...", flush=True)
+        results.append(measure_calls("100-Parameter module, precomputed-output backend",
+                                     module, torch.randn(4), precomputed_backend, repeats))
+    return results
+
+
+def call_table(results):
+    rows = [[r.case, fmt(r.eager_us), fmt(r.framejit_us), fmt(r.dynamo_us),
+             fmt(r.framejit_vs_eager), fmt(r.framejit_vs_dynamo), fmt(r.dynamo_vs_eager),
+             " / ".join("yes" if r.correct[c] else "**NO**" for c in COMPILERS)]
+            for r in results]
+    headers = ["case", "eager µs", "framejit µs", "Dynamo µs", "framejit / eager",
+               "framejit / Dynamo", "Dynamo / eager", "result matches eager (fj / Dynamo)"]
+    note = ("\n\nThe precomputed-output row's eager column is the module run eagerly, for scale; "
+            "both compilers skip the module's ops there, so it times only their call path.")
+    return markdown_table(headers, rows) + note
+
+
+# --------------------------------------------------------------------------------------------
+# Section 3: memory
+# --------------------------------------------------------------------------------------------
+
+def rss_bytes():
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def malloc_in_use():
+    """Bytes in use in glibc malloc (C++ new, large Python blocks; not pymalloc's arenas)."""
+    try:
+        mallinfo2 = ctypes.CDLL(None).mallinfo2
+    except (AttributeError, OSError):
+        return None
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
+    return info.uordblks + info.hblkhd
+
+
+def per_function(before, after, n):
+    return None if before is None or after is None else (after - before) / n
+
+
+def malloc_and_rss():
+    return malloc_in_use(), rss_bytes()
+
+
+def compile_and_call_many(compiler, n_functions, measure):
+    """measure() (a tuple of byte counts) before and after compiling and calling n distinct
+    5-op functions, the compiled functions kept alive; the differences per function."""
+    x = torch.randn(8)
+    compile_with(compiler, make_function(chain_source(5)), "eager")(x)  # warm-up
+    functions = [make_function(chain_source(5)) for _ in range(n_functions)]
+    gc.collect()
+    before = measure()
+    compiled = [compile_with(compiler, fn, "eager") for fn in functions]
+    for fn in compiled:
+        fn(x)
+    gc.collect()
+    after = measure()
+    del compiled
+    reset_compilers()
+    return [per_function(b, a, n_functions) for b, a in zip(before, after)]
+
+
+def traced_bytes():
+    return (tracemalloc.get_traced_memory()[0],)
+
+
+def retained_per_function(compiler, n_functions):
+    """Bytes retained per compiled function: (tracemalloc, glibc malloc, RSS). malloc and RSS
+    are taken in a pass without tracemalloc, whose own bookkeeping would count there."""
+    tracemalloc.start()
+    traced = compile_and_call_many(compiler, n_functions, traced_bytes)
+    tracemalloc.stop()
+    return traced + compile_and_call_many(compiler, n_functions, malloc_and_rss)
+
+
+def input_released(call, make_input):
+    tensor = make_input()
+    ref = weakref.ref(tensor)
+    call(tensor)
+    del tensor
+    gc.collect()
+    return ref() is None
+
+
+def weakref_checks(compiler):
+    """Is each input tensor freed once the call returns? (True is what we want.)"""
+    reset_compilers()
+    fn = compile_with(compiler, make_function(chain_source(5)), "eager")
+    checks = {
+        "first call (compiles)": input_released(fn, lambda: torch.randn(8)),
+        "cached call": input_released(fn, lambda: torch.randn(8)),
+        "new shape (recompiles)": input_released(fn, lambda: torch.randn(3)),
+    }
+    module = compile_with(compiler, make_param_module(), "eager")
+    with torch.no_grad():
+        checks["100-param module, first call"] = input_released(module, lambda: torch.randn(4))
+        checks["100-param module, cached call"] = input_released(module, lambda: torch.randn(4))
+    reset_compilers()
+    return checks
+
+
+def run_memory_section(args):
+    n_functions = 20 if args.quick else 100
+    memory, released = {}, {}
+    for compiler in COMPILERS:
+        print(f"  memory: {n_functions} functions with {compiler} ...", flush=True)
+        reset_compilers()
+        memory[compiler] = retained_per_function(compiler, n_functions)
+        released[compiler] = weakref_checks(compiler)
+    return {"n_functions": n_functions, "retained": memory, "released": released}
+
+
+def memory_tables(memory):
+    rows = [[compiler] + [fmt(None if b is None else b / 1024) for b in memory["retained"][compiler]]
+            for compiler in COMPILERS]
+    retained = markdown_table(["compiler", "KiB per function (tracemalloc)",
+                               "KiB per function (glibc malloc in use)",
+                               "KiB per function (RSS)"], rows)
+    checks = list(memory["released"]["framejit"])
+    rows = [[check] + ["freed" if memory["released"][c][check] else "**KEPT ALIVE**"
+                       for c in COMPILERS] for check in checks]
+    released = markdown_table(["input tensor after the call", "framejit", "Dynamo"], rows)
+    return (f"Retained after compiling and calling {memory['n_functions']} distinct 5-op "
+            "functions (backend eager, compiled functions kept alive). tracemalloc counts "
+            "Python's allocators (C++ `new` is invisible to it); glibc's mallinfo2 counts "
+            "malloc: C++ `new`, libtorch and Python blocks over 512 bytes, not pymalloc's "
+            "mmap'd arenas (so the two overlap and neither is the total); RSS counts "
+            "everything but moves in pages. Take the last two as rough figures.\n\n"
+            + retained + "\n\nWeakref check: is the input tensor freed after the call returns?"
+            "\n\n" + released)
+
+
+# --------------------------------------------------------------------------------------------
+# Goals, report, plot
+# --------------------------------------------------------------------------------------------
+
+def goal_rows(trace, calls):
+    rows = []
+    for case, size in dict.fromkeys((r.case, r.size) for r in trace):
+        fj, dyn = [next(r for r in trace if (r.case, r.size, r.compiler) == (case, size, c))
+                   for c in COMPILERS]
+        speedup = ratio(dyn.us_per_op, fj.us_per_op)
+        rows.append([f"trace {case} {size:,}: Dynamo/framejit per op ≥ {GOALS['trace_speedup']:g}x",
+                     fmt(speedup), verdict(speedup, GOALS["trace_speedup"], at_least=True)])
+    tiny, precomputed = calls[0], calls[2]
+    for label, value, goal in [
+        ("tiny call: framejit / eager", tiny.framejit_vs_eager, "tiny_vs_eager"),
+        ("tiny call: framejit / Dynamo", tiny.framejit_vs_dynamo, "tiny_vs_dynamo"),
+        ("100-param precomputed: framejit µs", precomputed.framejit_us, "precomputed_us"),
+        ("100-param precomputed: framejit / Dynamo", precomputed.framejit_vs_dynamo,
+         "precomputed_vs_dynamo"),
+    ]:
+        rows.append([f"{label} ≤ {GOALS[goal]:g}", fmt(value), verdict(value, GOALS[goal])])
+    return markdown_table(["goal", "now", "status"], rows)
+
+
+def verdict(value, goal, at_least=False):
+    if value is None:
+        return "not measured"
+    met = value >= goal if at_least else value <= goal
+    return "met" if met else "**not met**"
+
+
+def environment():
+    def git(*args):
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True,
+                                  cwd=os.path.dirname(RESULTS_DIR)).stdout.strip()
+        except OSError:
+            return "?"
+    dirty = " (working tree has uncommitted changes)" if git("status", "--porcelain") else ""
+    return {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "framejit": f"{framejit.__version__}, commit {git('rev-parse', '--short', 'HEAD')}{dirty}",
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads "
+                   f"{torch.get_num_threads()}",
+        "load average at start": " ".join(f"{v:.2f}" for v in os.getloadavg()),
+    }
+
+
+def trace_method(args):
+    if args.quick:
+        return ("First call minus one eager call, one fresh compile each (--quick: no 5,000-op "
+                "chain). µs/op divides by the call nodes of the FX graphs the backend received.\n")
+    return ("First call minus one eager call, best of 3 fresh compiles (5,000 ops: one, in a "
+            f"child process capped at {args.cap:.0f} s). µs/op divides by the call nodes of the "
+            "FX graphs the backend received.\n")
+
+
+def write_report(args, env, trace, calls, memory, elapsed_s, png_note):
+    sections = [
+        "# framejit benchmarks\n",
+        f"`PYTHONPATH=python python3 benchmarks/run.py{' --quick' if args.quick else ''}` "
+        f"(took {elapsed_s / 60:.1f} min). See benchmarks/README.md for what each section "
+        "measures.\n",
+        "\n".join(f"- {key}: {value}" for key, value in env.items()),
+        "\n## Goals\n", goal_rows(trace, calls),
+        "\n## 1. Front-end trace + compile time (pass-through backend)\n",
+        trace_method(args),
+        trace_table(trace),
+        "\n## 2. Per-call overhead (cached path, torch.no_grad())\n", call_table(calls),
+        "\n## 3. Memory\n", memory_tables(memory),
+    ]
+    if png_note:
+        sections.append(f"\n{png_note}\n")
+    text = "\n".join(sections) + "\n"
+    with open(os.path.join(RESULTS_DIR, "results.md"), "w") as out:
+        out.write(text)
+    raw = {"env": env, "quick": args.quick,
+           "trace": [dict(dataclasses.asdict(r), us_per_op=r.us_per_op) for r in trace],
+           "calls": [dataclasses.asdict(r) for r in calls], "memory": memory}
+    with open(os.path.join(RESULTS_DIR, "results.json"), "w") as out:
+        json.dump(raw, out, indent=1)
+
+
+def plot(trace, calls):
+    """results.png: µs per traced op and µs per call, framejit vs Dynamo (vs eager)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "results.png not written: matplotlib is not installed."
+    fig, (left, right) = plt.subplots(1, 2, figsize=(13, 5))
+    cases = list(dict.fromkeys((r.case, r.size) for r in trace))
+    labels = [f"{case}\n{size:,}" for case, size in cases]
+    width = 0.38
+    for offset, compiler in ((-width / 2, "framejit"), (width / 2, "dynamo")):
+        values = [next(r.us_per_op for r in trace if (r.case, r.size, r.compiler) ==
+                       (case, size, compiler)) or 0 for case, size in cases]
+        left.bar([i + offset for i in range(len(cases))], values, width, label=compiler)
+    left.set_xticks(range(len(cases)))
+    left.set_xticklabels(labels)
+    left.set_yscale("log")
+    left.set_ylabel("µs per captured op (log)")
+    left.set_title("Front end: trace + compile, pass-through backend")
+    left.legend()
+    width = 0.27
+    for offset, (name, attr) in zip((-width, 0, width), (("eager", "eager_us"),
+                                                        ("framejit", "framejit_us"),
+                                                        ("dynamo", "dynamo_us"))):
+        right.bar([i + offset for i in range(len(calls))], [getattr(r, attr) for r in calls],
+                  width, label=name)
+    right.set_xticks(range(len(calls)))
+    right.set_xticklabels(["tiny x+1", "100 params\neager backend", "100 params\nprecomputed"])
+    right.set_yscale("log")
+    right.set_ylabel("µs per call (log)")
+    right.set_title("Per-call overhead (cached)")
+    right.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(RESULTS_DIR, "results.png"), dpi=110)
+    plt.close(fig)
+    return ""
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--cap", type=float, default=180.0,
+                        help="seconds allowed to each 5,000-op trace (full run only)")
+    parser.add_argument("--child-trace", nargs=3, metavar=("COMPILER", "CASE", "SIZE"),
+                        help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child_trace:
+        child_trace(*args.child_trace)
+        return
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    started = time.perf_counter()
+    env = environment()
+    print("\n".join(f"{key}: {value}" for key, value in env.items()), flush=True)
+
+    print("\n== 1. Front-end trace + compile time ==", flush=True)
+    trace = run_trace_section(args)
+    print(trace_table(trace), flush=True)
+    print("\n== 2. Per-call overhead ==", flush=True)
+    calls = run_call_section(args)
+    print(call_table(calls), flush=True)
+    print("\n== 3. Memory ==", flush=True)
+    memory = run_memory_section(args)
+    print(memory_tables(memory), flush=True)
+    print("\n== Goals ==\n" + goal_rows(trace, calls), flush=True)
+
+    env["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    png_note = plot(trace, calls)
+    if png_note:
+        print(png_note)
+    write_report(args, env, trace, calls, memory, time.perf_counter() - started, png_note)
+    print(f"\nwrote {RESULTS_DIR}/results.md ({time.perf_counter() - started:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+// Inlining: tracing into Python functions, methods and nn.Module.forward (argument binding,
+// defaults, *args/**kwargs) and their closure cells.
+#include <fmt/format.h>
+
+#include "common/check.h"
+#include "runtime/code_state.h"
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+constexpr size_t kMaxInlineDepth = 24;  // frames; deeper recursion ends the region at the call
+
+std::string name_of(PyObject* str) {
+  const char* data = PyUnicode_AsUTF8(str);
+  if (data == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return data;
+}
+
+}  // namespace
+
+std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle function,
+                                             const ValuePtr& fn, std::vector<ValuePtr> args,
+                                             KwValues kwargs) {
+  const int n_pos = code->co_argcount;
+  const int n_posonly = code->co_posonlyargcount;
+  const int n_kwonly = code->co_kwonlyargcount;
+  const bool has_varargs = (code->co_flags & CO_VARARGS) != 0;
+  const bool has_varkw = (code->co_flags & CO_VARKEYWORDS) != 0;
+  const std::string fname = name_of(code->co_qualname);
+  std::vector<ValuePtr> locals(static_cast<size_t>(code->co_nlocalsplus));
+  auto param = [&](int i) { return name_of(PyTuple_GET_ITEM(code->co_localsplusnames, i)); };
+
+  // A default (or closure) value read from the function object: through a source when the
+  // function has one, so tensors become inputs and everything else is guarded.
+  auto from_function = [&](const char* attr, py::object key, py::handle real) -> ValuePtr {
+    if (fn && fn->source >= 0) {
+      ValuePtr container = load_source(sources_.attr(fn->source, attr));
+      FJ_CHECK(container != nullptr, "{}.{} unreadable", fname, attr);
+      return item(container, Value::constant(std::move(key)));
+    }
+    PyObject* obj = real.ptr();
+    if (obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || PyBool_Check(obj) ||
+        PyUnicode_CheckExact(obj) || PyType_Check(obj) || PyFunction_Check(obj) ||
+        PyCFunction_Check(obj) || PyModule_Check(obj)) {
+      return Value::constant(py::reinterpret_borrow<py::object>(real));
+    }
+    FJ_UNSUPPORTED(kUnsupportedValue, "default {} of {} (a function without a source)",
+                   safe_repr(real), fname);
+  };
+
+  const size_t given = args.size();
+  for (size_t i = 0; i < given && static_cast<int>(i) < n_pos; ++i) locals[i] = args[i];
+  if (static_cast<int>(given) > n_pos) {
+    if (!has_varargs) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{}() takes {} positional arguments but {} were given",
+                     fname, n_pos, given);
+    }
+    locals[n_pos + n_kwonly] =
+        Value::tuple(std::vector<ValuePtr>(args.begin() + n_pos, args.end()));
+  } else if (has_varargs) {
+    locals[n_pos + n_kwonly] = Value::tuple({});
+  }
+  ValuePtr varkw = has_varkw ? Value::dict({}, {}) : nullptr;
+  for (auto& [key, value] : kwargs) {
+    int found = -1;
+    for (int i = n_posonly; i < n_pos + n_kwonly; ++i) {
+      if (param(i) == key) found = i;
+    }
+    if (found >= 0) {
+      if (locals[found]) {
+        FJ_UNSUPPORTED(kUnsupportedCall, "{}() got multiple values for '{}'", fname, key);
+      }
+      locals[found] = value;
+    } else if (varkw) {
+      varkw->keys.push_back(py::str(key));
+      varkw->items.push_back(value);
+    } else {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{}() got an unexpected keyword argument '{}'", fname, key);
+    }
+  }
+  if (varkw) locals[n_pos + n_kwonly + (has_varargs ? 1 : 0)] = varkw;
+
+  py::object defaults = py::getattr(function, "__defaults__", py::none());
+  const int n_defaults = defaults.is_none() ? 0 : static_cast<int>(py::len(defaults));
+  for (int i = 0; i < n_pos; ++i) {
+    if (locals[i]) continue;
+    const int d = i - (n_pos - n_defaults);
+    if (d < 0) FJ_UNSUPPORTED(kUnsupportedCall, "{}() missing argument '{}'", fname, param(i));
+    locals[i] = from_function("__defaults__", py::int_(d), defaults[py::int_(d)]);
+  }
+  py::object kwdefaults = py::getattr(function, "__kwdefaults__", py::none());
+  for (int i = n_pos; i < n_pos + n_kwonly; ++i) {
+    if (locals[i]) continue;
+    py::str key(param(i));
+    if (kwdefaults.is_none() || !py::cast<py::dict>(kwdefaults).contains(key)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{}() missing keyword argument '{}'", fname, param(i));
+    }
+    locals[i] = from_function("__kwdefaults__", key, kwdefaults[key]);
+  }
+  return locals;
+}
+
+void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
+                         KwValues kwargs) {
+  auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function.ptr()));
+  const CallSite site{frame().code, instr().offset};
+  if (no_inline_ != nullptr) {
+    auto it = no_inline_->find(site);
+    if (it != no_inline_->end()) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "call to {}, which breaks inside: {}",
+                     name_of(code->co_qualname), it->second);
+    }
+  }
+  constexpr int kNotInlined = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
+                              CO_ITERABLE_COROUTINE;
+  if (code->co_flags & kNotInlined) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "call to generator or coroutine function {}",
+                   name_of(code->co_qualname));
+  }
+  if (frames_.size() >= kMaxInlineDepth) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "inlining deeper than {} frames (recursion?) at {}",
+                   kMaxInlineDepth, name_of(code->co_qualname));
+  }
+  CodeState* state = code_state(code);
+  if (!state->bytecode) state->bytecode = Bytecode::from_code(code);
+  auto callee = std::make_unique<TraceFrame>();
+  callee->code = code;
+  callee->bytecode = state->bytecode.get();
+  callee->locals = bind_arguments(code, function, fn, std::move(args), std::move(kwargs));
+  callee->dirty.assign(callee->locals.size(), false);
+  callee->function = py::reinterpret_borrow<py::object>(function);
+  callee->function_value = fn;
+  callee->globals = py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
+  callee->call_site = instr().offset;
+  frames_.push_back(std::move(callee));
+}
+
+void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args,
+                                KwValues kwargs) {
+  args.insert(args.begin(), module);
+  py::handle obj = module->obj;
+  ValuePtr self = module;
+  // Hooks change what a call does: such modules are called by the runtime instead (their forward
+  // frame then meets the hook by itself). Guard that the hook dicts stay empty.
+  static const char* kHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                     "_backward_pre_hooks"};
+  for (const char* hooks : kHookDicts) {
+    py::object dict = py::getattr(obj, hooks, py::none());
+    if (!dict.is_none() && py::len(dict) > 0) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "call of module {} with {} registered",
+                     Py_TYPE(obj.ptr())->tp_name, hooks);
+    }
+    if (self->source >= 0 && !dict.is_none()) {
+      ValuePtr hooks_value = load_source(sources_.attr(self->source, hooks));
+      if (hooks_value && hooks_value->source >= 0) guards_.add_len(hooks_value->source, 0);
+    }
+  }
+  if (PyRefs::get().support.attr("global_module_hooks")().cast<bool>()) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "global nn.Module hooks are registered");
+  }
+  py::object forward = py::getattr(py::reinterpret_borrow<py::object>(
+                                       reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))),
+                                   "forward", py::none());
+  if (!PyFunction_Check(forward.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "module {} has no Python forward",
+                   Py_TYPE(obj.ptr())->tp_name);
+  }
+  inline_call(Value::object(forward), forward, std::move(args), std::move(kwargs));
+}
+
+bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& out) {
+  py::object keys = PyRefs::get().support.attr("module_container_keys")(container->obj);
+  if (keys.is_none()) return false;
+  const std::string store = keys[py::int_(0)].cast<std::string>();
+  ValuePtr children = load_source(sources_.attr(container->source, store));
+  FJ_CHECK(children != nullptr && children->source >= 0, "{} unreadable", store);
+  py::list names = keys[py::int_(1)];
+  guards_.add_len(children->source, static_cast<int64_t>(py::len(names)));
+  const bool is_dict = PyObject_IsInstance(container->obj.ptr(),
+                                           PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 1;
+  for (py::handle name : names) {
+    if (is_dict) {
+      out.push_back(Value::constant(py::reinterpret_borrow<py::object>(name)));
+      continue;
+    }
+    ValuePtr child = load_source(sources_.item(children->source, py::reinterpret_borrow<py::object>(name)));
+    FJ_CHECK(child != nullptr, "child {} unreadable", safe_repr(name));
+    out.push_back(child);
+  }
+  return true;
+}
+
+ValuePtr Tracer::cell_get(const ValuePtr& cell) {
+  if (cell->kind == VKind::kObject && PyCell_Check(cell->obj.ptr()) && cell->source >= 0) {
+    // A frame entered mid-way holds real cell objects.
+    ValuePtr content = load_source(sources_.attr(cell->source, "cell_contents"));
+    if (content) return content;
+    FJ_UNSUPPORTED(kUnsupportedValue, "free variable referenced before assignment");
+  }
+  FJ_CHECK(cell->kind == VKind::kCell, "LOAD_DEREF of {}", cell->describe());
+  if (!cell->items.empty()) return cell->items[0];
+  if (cell->source >= 0) {
+    ValuePtr content = load_source(sources_.attr(cell->source, "cell_contents"));
+    if (content) return content;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "free variable referenced before assignment");
+}
+
+void Tracer::cell_set(const ValuePtr& cell, ValuePtr value) {
+  if (cell->kind != VKind::kCell || cell->source >= 0 || cell->method == "frozen") {
+    FJ_UNSUPPORTED(kSideEffect, "assignment to a closure variable that outlives the call");
+  }
+  cell->items.assign(1, std::move(value));
+}
+
+void Tracer::copy_free_vars(int n) {
+  TraceFrame& fr = frame();
+  const int first = static_cast<int>(fr.locals.size()) - n;
+  if (!inlined()) {
+    // The root frame at pc 0: its closure cells, read from the function (they are objects that
+    // outlive the call: read-only here, written back to the frame at the exit).
+    for (int i = 0; i < n; ++i) {
+      ValuePtr real_cell = load_source(SourceTable::closure(i));
+      FJ_CHECK(real_cell != nullptr, "closure cell {} unreadable", i);
+      ValuePtr cell = std::make_shared<Value>();
+      cell->kind = VKind::kCell;
+      cell->source = real_cell->source;
+      fr.locals[first + i] = cell;
+      fr.dirty[first + i] = true;
+    }
+    return;
+  }
+  PyObject* closure = PyFunction_GET_CLOSURE(fr.function.ptr());
+  FJ_CHECK(closure != nullptr && PyTuple_GET_SIZE(closure) == n, "closure size mismatch");
+  for (int i = 0; i < n; ++i) {
+    ValuePtr cell = std::make_shared<Value>();
+    cell->kind = VKind::kCell;
+    PyObject* real = PyTuple_GET_ITEM(closure, i);  // borrowed
+    if (fr.function_value && fr.function_value->source >= 0) {
+      ValuePtr cells = load_source(sources_.attr(fr.function_value->source, "__closure__"));
+      FJ_CHECK(cells != nullptr && cells->kind == VKind::kTuple, "__closure__ unreadable");
+      cell->source = cells->items.at(i)->source;
+    } else {
+      PyObject* content = PyCell_GET(real);  // borrowed
+      if (content == nullptr) FJ_UNSUPPORTED(kUnsupportedValue, "empty closure cell");
+      if (!(content == Py_None || PyLong_CheckExact(content) || PyFloat_CheckExact(content) ||
+            PyBool_Check(content) || PyUnicode_CheckExact(content) || PyFunction_Check(content) ||
+            PyType_Check(content) || PyModule_Check(content) || PyCFunction_Check(content))) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
+      }
+      cell->items.push_back(Value::constant(py::reinterpret_borrow<py::object>(content)));
+      cell->source = -1;
+      cell->method = "frozen";  // a copy of a real cell's content: never stored into
+    }
+    fr.locals[first + i] = cell;
+  }
+}
+
+}  // namespace framejit
