@@ -152,7 +152,69 @@ bool is_module(py::handle obj) {
 // Python functions the tracer goes into: code the frame hook would trace too (not torch, the
 // standard library, site-packages or framejit), plus torch.nn module forwards (is_module).
 bool is_user_function(py::handle fn) {
-  return !should_skip_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())));
+  if (!should_skip_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())))) {
+    return true;
+  }
+  // Helpers of torch.nn's own modules (Conv2d._conv_forward, _BatchNorm checks) are traced
+  // like their forward methods.
+  py::object module = py::getattr(fn, "__module__", py::none());
+  return !module.is_none() && py::str(module).cast<std::string>().rfind("torch.nn.modules.", 0) == 0;
+}
+
+// The items of a value iterated at trace time, or false.
+bool sequence_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
+  if (v->kind == VKind::kTuple || v->kind == VKind::kList) {
+    out = v->items;
+    return true;
+  }
+  if (v->kind == VKind::kIter) {
+    out.assign(v->items.begin() + static_cast<long>(v->index), v->items.end());
+    v->index = v->items.size();  // iterating consumes it
+    return true;
+  }
+  if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()))) {
+    for (py::handle item : v->obj) {
+      out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    return true;
+  }
+  return false;
+}
+
+// enumerate / zip / reversed over sequences the trace knows item by item: iterators to unroll.
+ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args) {
+  std::vector<std::vector<ValuePtr>> seqs;
+  for (const auto& a : args) {
+    std::vector<ValuePtr> items;
+    if (name == "enumerate" && &a != &args[0]) break;
+    if (!sequence_items(a, items)) return nullptr;
+    seqs.push_back(std::move(items));
+  }
+  std::vector<ValuePtr> out;
+  if (name == "enumerate") {
+    long start = 0;
+    if (args.size() == 2) {
+      if (!args[1]->is_const()) return nullptr;
+      start = args[1]->obj.cast<long>();
+    }
+    for (size_t i = 0; i < seqs[0].size(); ++i) {
+      out.push_back(Value::tuple({Value::constant(py::int_(start + static_cast<long>(i))),
+                                  seqs[0][i]}));
+    }
+  } else if (name == "zip") {
+    size_t n = seqs.empty() ? 0 : seqs[0].size();
+    for (const auto& seq : seqs) n = std::min(n, seq.size());
+    for (size_t i = 0; i < n; ++i) {
+      std::vector<ValuePtr> row;
+      for (const auto& seq : seqs) row.push_back(seq[i]);
+      out.push_back(Value::tuple(std::move(row)));
+    }
+  } else if (name == "reversed" && seqs.size() == 1) {
+    out.assign(seqs[0].rbegin(), seqs[0].rend());
+  } else {
+    return nullptr;
+  }
+  return Value::iter(std::move(out));
 }
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
@@ -244,6 +306,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == "builtin" && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);
+    if ((name == "enumerate" || name == "zip" || name == "reversed") && !args.empty()) {
+      if (ValuePtr it = iterator_builtin(name, args)) return it;
+    }
     if (name == "isinstance" && args.size() == 2 && args[1]->is_constant_tree()) {
       return Value::constant(
           py::bool_(PyObject_IsSubclass(type_of(args[0]).ptr(), args[1]->as_python().ptr()) == 1));

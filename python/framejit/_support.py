@@ -46,7 +46,8 @@ _PURE_BUILTINS = {
     builtins.divmod, builtins.float, builtins.int, builtins.isinstance, builtins.issubclass,
     builtins.len, builtins.max, builtins.min, builtins.ord, builtins.pow, builtins.repr,
     builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
-    builtins.sorted, builtins.list, builtins.hash, builtins.format,
+    builtins.sorted, builtins.list, builtins.hash, builtins.format, builtins.enumerate,
+    builtins.zip, builtins.reversed,
 }
 
 # Tensor methods that need the data (or give it away): a graph cannot contain them.

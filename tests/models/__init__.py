@@ -1,0 +1,1 @@
+"""A small model zoo for framejit's tests and benchmarks, written for framejit."""
