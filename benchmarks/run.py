@@ -304,11 +304,12 @@ def make_param_module(n_params=100, size=4):
 
 
 def interleaved_us_per_call(callables, arg, repeats):
-    """µs per call of each callable: min over `repeats` rounds, candidates interleaved so that
-    a change in machine load hits them alike."""
+    """µs per call of each callable: min over `repeats` short rounds (~20 ms each), candidates
+    interleaved, so that load from other processes hits them alike and quiet moments are
+    caught by every candidate."""
     timers = {name: timeit.Timer("fn(x)", globals={"fn": fn, "x": arg})
               for name, fn in callables.items()}
-    numbers = {name: timer.autorange()[0] for name, timer in timers.items()}
+    numbers = {name: max(1, timer.autorange()[0] // 10) for name, timer in timers.items()}
     best = {name: float("inf") for name in timers}
     for _ in range(repeats):
         for name, timer in timers.items():
@@ -352,7 +353,7 @@ def measure_calls(case, fn, arg, backend, repeats):
 
 
 def run_call_section(args):
-    repeats = 5 if args.quick else 15
+    repeats = 20 if args.quick else 60
     module = make_param_module()
     results = []
     with torch.no_grad():

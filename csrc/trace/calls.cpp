@@ -219,6 +219,10 @@ ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& 
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
+  if (fn->method == kMadeFunction) {  // a lambda, nested def or comprehension of this trace
+    inline_call(fn, py::none(), std::move(args), std::move(kwargs));
+    return nullptr;
+  }
   // A method loaded by LOAD_METHOD: args[0] is self.
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
     const std::string& name = fn->method;

@@ -33,6 +33,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   const bool has_varargs = (code->co_flags & CO_VARARGS) != 0;
   const bool has_varkw = (code->co_flags & CO_VARKEYWORDS) != 0;
   const std::string fname = name_of(code->co_qualname);
+  const bool made = fn && fn->method == kMadeFunction;
   std::vector<ValuePtr> locals(static_cast<size_t>(code->co_nlocalsplus));
   auto param = [&](int i) { return name_of(PyTuple_GET_ITEM(code->co_localsplusnames, i)); };
 
@@ -86,17 +87,31 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   }
   if (varkw) locals[n_pos + n_kwonly + (has_varargs ? 1 : 0)] = varkw;
 
-  py::object defaults = py::getattr(function, "__defaults__", py::none());
-  const int n_defaults = defaults.is_none() ? 0 : static_cast<int>(py::len(defaults));
+  py::object defaults = made ? py::object(py::none())
+                             : py::getattr(function, "__defaults__", py::none());
+  const ValuePtr made_defaults = made ? fn->items[0] : nullptr;
+  const int n_defaults = made ? (made_defaults->kind == VKind::kNull
+                                     ? 0
+                                     : static_cast<int>(made_defaults->items.size()))
+                       : defaults.is_none() ? 0 : static_cast<int>(py::len(defaults));
   for (int i = 0; i < n_pos; ++i) {
     if (locals[i]) continue;
     const int d = i - (n_pos - n_defaults);
     if (d < 0) FJ_UNSUPPORTED(kUnsupportedCall, "{}() missing argument '{}'", fname, param(i));
-    locals[i] = from_function("__defaults__", py::int_(d), defaults[py::int_(d)]);
+    locals[i] = made ? made_defaults->items.at(d)
+                     : from_function("__defaults__", py::int_(d), defaults[py::int_(d)]);
   }
-  py::object kwdefaults = py::getattr(function, "__kwdefaults__", py::none());
+  py::object kwdefaults = made ? py::object(py::none())
+                               : py::getattr(function, "__kwdefaults__", py::none());
   for (int i = n_pos; i < n_pos + n_kwonly; ++i) {
     if (locals[i]) continue;
+    if (made && fn->items[1]->kind == VKind::kDict) {
+      const ValuePtr& kw = fn->items[1];
+      for (size_t k = 0; k < kw->keys.size() && !locals[i]; ++k) {
+        if (py::str(kw->keys[k]).cast<std::string>() == param(i)) locals[i] = kw->items[k];
+      }
+      if (locals[i]) continue;
+    }
     py::str key(param(i));
     if (kwdefaults.is_none() || !py::cast<py::dict>(kwdefaults).contains(key)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() missing keyword argument '{}'", fname, param(i));
@@ -108,7 +123,9 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
 
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                          KwValues kwargs) {
-  auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(function.ptr()));
+  const bool made = fn && fn->method == kMadeFunction;
+  auto* code = reinterpret_cast<PyCodeObject*>(made ? fn->obj.ptr()
+                                                    : PyFunction_GET_CODE(function.ptr()));
   const CallSite site{frame().code, instr().offset};
   if (no_inline_ != nullptr) {
     auto it = no_inline_->find(site);
@@ -136,7 +153,8 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   callee->dirty.assign(callee->locals.size(), false);
   callee->function = py::reinterpret_borrow<py::object>(function);
   callee->function_value = fn;
-  callee->globals = py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
+  callee->globals = made ? fn->pytype
+                         : py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
   callee->call_site = instr().offset;
   frames_.push_back(std::move(callee));
 }
@@ -234,6 +252,14 @@ void Tracer::copy_free_vars(int n) {
       fr.locals[first + i] = cell;
       fr.dirty[first + i] = true;
     }
+    return;
+  }
+  if (fr.function_value && fr.function_value->method == kMadeFunction) {
+    // A function made in the trace: its closure is the tuple of cells MAKE_FUNCTION took.
+    const ValuePtr& cells = fr.function_value->items[2];
+    FJ_CHECK(cells->kind == VKind::kTuple && static_cast<int>(cells->items.size()) == n,
+             "closure size mismatch");
+    for (int i = 0; i < n; ++i) fr.locals[first + i] = cells->items[i];
     return;
   }
   PyObject* closure = PyFunction_GET_CLOSURE(fr.function.ptr());

@@ -93,6 +93,17 @@ void op_list_append(Tracer& t, const Instr& i) {
   list->items.push_back(item);
 }
 
+void op_map_add(Tracer& t, const Instr& i) {  // dict comprehensions
+  ValuePtr dict = t.peek(static_cast<size_t>(i.arg) + 1);
+  check_mutable(dict);
+  ValuePtr value = t.pop();
+  ValuePtr key = t.pop();
+  if (dict->kind != VKind::kDict) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "MAP_ADD into {}", dict->describe());
+  }
+  set_key(dict, constant_key(key), value);
+}
+
 void op_list_to_tuple(Tracer& t, const Instr&) {
   ValuePtr list = t.pop();
   t.push(Value::tuple(list->items));
@@ -164,6 +175,7 @@ void register_build_ops(HandlerTable& table) {
   set(Op::LIST_EXTEND, op_list_extend);
   set(Op::LIST_APPEND, op_list_append);
   set(Op::LIST_TO_TUPLE, op_list_to_tuple);
+  set(Op::MAP_ADD, op_map_add);
   set(Op::DICT_UPDATE, op_dict_update);
   set(Op::DICT_MERGE, op_dict_update);
   set(Op::UNPACK_SEQUENCE, op_unpack_sequence);

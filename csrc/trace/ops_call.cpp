@@ -64,6 +64,33 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
   if (result) t.push(result);
 }
 
+// MAKE_FUNCTION (3.11 and 3.12): [defaults?, kwdefaults?, annotations?, closure?, code].
+void op_make_function(Tracer& t, const Instr& i) {
+  ValuePtr code = t.pop();
+  FJ_CHECK(code->is_const() && PyCode_Check(code->obj.ptr()), "MAKE_FUNCTION without code");
+  ValuePtr closure = (i.arg & 0x08) ? t.pop() : Value::null();
+  if (i.arg & 0x04) t.pop();  // annotations: not needed to run the function
+  ValuePtr kwdefaults = (i.arg & 0x02) ? t.pop() : Value::null();
+  ValuePtr defaults = (i.arg & 0x01) ? t.pop() : Value::null();
+  if (defaults->kind == VKind::kConst && PyTuple_Check(defaults->obj.ptr())) {
+    std::vector<ValuePtr> items;
+    for (py::handle item : defaults->obj) {
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    defaults = Value::tuple(std::move(items));
+  }
+  if ((defaults->kind != VKind::kNull && defaults->kind != VKind::kTuple) ||
+      (kwdefaults->kind != VKind::kNull && kwdefaults->kind != VKind::kDict) ||
+      (closure->kind != VKind::kNull && closure->kind != VKind::kTuple)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "MAKE_FUNCTION with defaults or closure not traced");
+  }
+  ValuePtr fn = Value::object(code->obj);
+  fn->method = kMadeFunction;
+  fn->items = {defaults, kwdefaults, closure};
+  fn->pytype = t.frame_globals();
+  t.push(fn);
+}
+
 }  // namespace
 
 void register_call_ops(HandlerTable& table) {
@@ -72,6 +99,7 @@ void register_call_ops(HandlerTable& table) {
   set(Op::KW_NAMES, op_kw_names);
   set(Op::CALL, op_call);
   set(Op::CALL_FUNCTION_EX, op_call_function_ex);
+  set(Op::MAKE_FUNCTION, op_make_function);
 }
 
 }  // namespace framejit

@@ -317,7 +317,6 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   if (found != by_slot_.end()) return found->second;
   PyRefs& refs = PyRefs::get();
   PyObject* obj = real.ptr();
-  const SourceKind source_kind = sources_.at(slot).kind;
   ValuePtr value;
   if (is_tensor(obj)) {
     guards_.add_tensor(slot, obj);
@@ -328,7 +327,7 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
     value = Value::tensor(node, meta, device, slot);
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
-             (source_kind == SourceKind::kLocal || source_kind == SourceKind::kStack)) {
+             is_frame_state(slot)) {
     // A number in the middle of a frame (a loop counter, the result of .item()): its type is
     // guarded, its value only where the trace needs it (see specialize()).
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
@@ -362,6 +361,14 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   }
   by_slot_[slot] = value;
   return value;
+}
+
+bool Tracer::is_frame_state(int slot) const {
+  // Items of containers count too: the (i, t) pair a performed FOR_ITER pushed for a loop over
+  // enumerate() holds the loop counter.
+  while (sources_.at(slot).kind == SourceKind::kItem) slot = sources_.at(slot).base;
+  const SourceKind kind = sources_.at(slot).kind;
+  return kind == SourceKind::kLocal || kind == SourceKind::kStack;
 }
 
 ValuePtr Tracer::specialize(const ValuePtr& value) {
@@ -462,6 +469,17 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
     case VKind::kConst:
       return Rebuild::constant(value->obj);
     case VKind::kObject:
+      if (value->method == kMadeFunction) {  // a function made in the trace, escaping
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->pytype)};
+        for (const auto& part : value->items) parts.push_back(rebuild_of(part));
+        for (auto& part : parts) {
+          if (part.kind == Rebuild::Kind::kNull) part = Rebuild::constant(py::none());
+        }
+        r = Rebuild::call(PyRefs::get().support.attr("make_function"), std::move(parts));
+        if (value->memo < 0) value->memo = exit_.memo_size++;
+        r.memo = value->memo;
+        return r;
+      }
       if (value->bound_self) {  // a bound method: types.MethodType(function, self)
         return Rebuild::call(py::module_::import("types").attr("MethodType"),
                              {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});

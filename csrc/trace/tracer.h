@@ -116,6 +116,9 @@ class Tracer {
   // Python truthiness of a value known at trace time; throws Unsupported (kDataDependent) for
   // tensors and other values only the run time knows.
   bool truthy(const ValuePtr& value);
+  // Whether a source reads the frame's own state (locals, stack, items of those): numbers there
+  // are not specialised in regions that start mid-frame.
+  bool is_frame_state(int slot) const;
   // Pins a number to its trace-time value (guards on every source it came from).
   ValuePtr specialize(const ValuePtr& value);
   // The children of a module container with a source (ModuleList, Sequential, ParameterList),
@@ -132,6 +135,10 @@ class Tracer {
   std::string co_name(int index) const;
   std::string co_varname(int index) const;  // localsplus name
   py::object& kw_names() { return frame().kw_names; }
+  // The globals dict of the innermost frame.
+  py::object frame_globals() {
+    return inlined() ? frame().globals : py::reinterpret_borrow<py::object>(frame_.globals);
+  }
 
   // Records `fn(*args, **kwargs)` (kCallFunction) or `args[0].method(...)` (kCallMethod) on the
   // meta tensors and returns the abstract result. `infix` is set for operator targets.

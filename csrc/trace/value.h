@@ -31,6 +31,11 @@ const char* vkind_name(VKind kind);
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
 
+// Value::method of a kObject made by MAKE_FUNCTION in the trace (a lambda, nested def or
+// comprehension): obj is its code object, pytype its globals dict, items its defaults tuple,
+// keyword defaults dict and closure tuple (kNull where absent).
+inline constexpr const char* kMadeFunction = "<made function>";
+
 struct Value {
   VKind kind = VKind::kConst;
   int source = -1;           // slot in the trace's SourceTable, -1 if made during the trace

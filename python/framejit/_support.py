@@ -193,6 +193,14 @@ def module_container_keys(obj):
     return None
 
 
+def make_function(code, globals_, defaults, kwdefaults, closure):
+    """A function the traced code made (MAKE_FUNCTION) and that outlives the region."""
+    fn = types.FunctionType(code, globals_, code.co_name, defaults, closure)
+    fn.__kwdefaults__ = kwdefaults
+    fn.__qualname__ = code.co_qualname
+    return fn
+
+
 def default_device():
     return torch.get_default_device()
 

@@ -802,7 +802,8 @@ CASES = [
     Case(assert_after_item, [(POS3,), (T(10.0, 5.0),)], 3, {"call"}),
     Case(shape_error_after_branch, [(torch.ones(2, 3), torch.ones(3, 2)),
                                     (-torch.ones(2, 3), torch.ones(3, 2))], 3, {"branch"}),
-    Case(error_inside_loop, [([POS3, POS3],), ([POS3, NEG3, POS3],)], 4, {"branch", "iterate"}),
+    # enumerate(xs) is unrolled in the first region, an opaque iterator after the first break.
+    Case(error_inside_loop, [([POS3, POS3],), ([POS3, NEG3, POS3],)], 5, {"branch", "iterate"}),
     # --- H. generators ---
     Case(generator_with_branches, [(POS3,), (NEG3,), (T(0.4, 0.4, 0.4),)], 8),
     Case(consumes_generator, [(POS3,), (NEG3,)], 3, {"branch", "iterate"}),
