@@ -100,7 +100,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         }
         return value;
       }
-      if (PyType_Check(obj) || PyModule_Check(obj)) break;
+      if (PyModule_Check(obj)) break;
       py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
       const std::string kind = how[0].cast<std::string>();
       if (kind == "instance" || kind == "class_value") {
@@ -112,13 +112,14 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return value;
       }
       if (kind == "function" || kind == "property" || kind == "classmethod" ||
-          kind == "staticmethod") {
+          kind == "staticmethod" || kind == "plain_function") {
         // Methods bind self; a property is its getter called with self (see op_load_attr).
         ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
         if (kind == "function" || kind == "property") method->bound_self = base;
         if (kind == "classmethod") {
-          method->bound_self = Value::object(py::reinterpret_borrow<py::object>(
-              reinterpret_cast<PyObject*>(Py_TYPE(obj))));
+          method->bound_self = PyType_Check(obj) ? base
+                                                 : Value::object(py::reinterpret_borrow<py::object>(
+                                                       reinterpret_cast<PyObject*>(Py_TYPE(obj))));
         }
         if (kind == "property") method->method = "__property__";
         return method;

@@ -154,6 +154,18 @@ def resolve_attribute(obj, name: str):
     'instance' (plain instance state, incl. nn.Module parameters/buffers/submodules),
     'function', 'staticmethod', 'classmethod' (value: the function), 'property' (value: fget),
     'class_value' (a plain class attribute) or 'missing'."""
+    if isinstance(obj, type):  # attributes of a class itself: nothing binds to an instance
+        for klass in obj.__mro__:
+            if name in klass.__dict__:
+                found = klass.__dict__[name]
+                if isinstance(found, staticmethod):
+                    return ("staticmethod", found.__func__)
+                if isinstance(found, classmethod):
+                    return ("classmethod", found.__func__)
+                if isinstance(found, types.FunctionType):
+                    return ("plain_function", found)
+                return ("class_value", None)
+        return ("missing", None)
     found = None
     for klass in type(obj).__mro__:
         if name in klass.__dict__:
