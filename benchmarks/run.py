@@ -549,8 +549,15 @@ def environment():
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, torch threads "
                    f"{torch.get_num_threads()}",
+        "framejit _C built": build_time(),
         "load average at start": " ".join(f"{v:.2f}" for v in os.getloadavg()),
     }
+
+
+def build_time():
+    """mtime of the loaded framejit extension: a rebuild during the run is reported."""
+    mtime = os.path.getmtime(framejit._C.__file__)
+    return datetime.datetime.fromtimestamp(mtime).isoformat(timespec="seconds")
 
 
 def trace_method(args):
@@ -656,6 +663,10 @@ def main():
     print("\n== Goals ==\n" + goal_rows(trace, calls), flush=True)
 
     env["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    if build_time() != env["framejit _C built"]:
+        env["WARNING"] = (f"framejit's _C was rebuilt during the run (now {build_time()}); this "
+                          "process kept the old build, child processes may have loaded the new one")
+        print(env["WARNING"])
     png_note = plot(trace, calls)
     if png_note:
         print(png_note)
