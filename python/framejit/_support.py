@@ -149,46 +149,58 @@ def global_module_hooks() -> bool:
         "_global_backward_pre_hooks", "_global_forward_hooks_always_called"))
 
 
-def resolve_attribute(obj, name: str):
-    """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
-    'instance' (plain instance state, incl. nn.Module parameters/buffers/submodules),
-    'function', 'staticmethod', 'classmethod' (value: the function), 'property' (value: fget),
-    'class_value' (a plain class attribute) or 'missing'."""
-    if isinstance(obj, type):  # attributes of a class itself: nothing binds to an instance
-        for klass in obj.__mro__:
-            if name in klass.__dict__:
-                found = klass.__dict__[name]
-                if isinstance(found, staticmethod):
-                    return ("staticmethod", found.__func__)
-                if isinstance(found, classmethod):
-                    return ("classmethod", found.__func__)
-                if isinstance(found, types.FunctionType):
-                    return ("plain_function", found)
-                return ("class_value", None)
-        return ("missing", None)
-    found = None
-    for klass in type(obj).__mro__:
-        if name in klass.__dict__:
-            found = klass.__dict__[name]
-            break
-    if isinstance(found, property):
-        return ("property", found.fget) if found.fget is not None else ("missing", None)
-    state = getattr(obj, "__dict__", None)
-    if isinstance(state, dict):
-        if name in state:
-            return ("instance", None)
-        for store in ("_parameters", "_buffers", "_modules"):
-            inner = state.get(store)
-            if isinstance(inner, dict) and name in inner:
-                return ("instance", None)
-    if found is None:
-        return ("missing", None)
+_MISSING = object()
+
+
+def _class_attribute(klass, name: str):
+    for base in klass.__mro__:
+        if name in base.__dict__:
+            return base.__dict__[name]
+    return _MISSING
+
+
+def _function_kind(found, plain: str):
+    """(kind, function) for the function-like class attributes, else None."""
     if isinstance(found, staticmethod):
         return ("staticmethod", found.__func__)
     if isinstance(found, classmethod):
         return ("classmethod", found.__func__)
     if isinstance(found, types.FunctionType):
-        return ("function", found)
+        return (plain, found)
+    return None
+
+
+def _is_instance_state(obj, name: str) -> bool:
+    state = getattr(obj, "__dict__", None)
+    if not isinstance(state, dict):
+        return False
+    if name in state:
+        return True
+    return any(isinstance(state.get(store), dict) and name in state[store]
+               for store in ("_parameters", "_buffers", "_modules"))
+
+
+def resolve_attribute(obj, name: str):
+    """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
+    'instance' (plain instance state, incl. nn.Module parameters/buffers/submodules),
+    'function' (bound to obj), 'plain_function' (a function read off a class), 'staticmethod',
+    'classmethod' (value: the function), 'property' (value: fget), 'class_value' (a plain class
+    attribute) or 'missing'."""
+    if isinstance(obj, type):  # attributes of a class itself: nothing binds to an instance
+        found = _class_attribute(obj, name)
+        if found is _MISSING:
+            return ("missing", None)
+        return _function_kind(found, "plain_function") or ("class_value", None)
+    found = _class_attribute(type(obj), name)
+    if isinstance(found, property):  # a data descriptor wins over instance state
+        return ("property", found.fget) if found.fget is not None else ("missing", None)
+    if _is_instance_state(obj, name):
+        return ("instance", None)
+    if found is _MISSING:
+        return ("missing", None)
+    kind = _function_kind(found, "function")
+    if kind is not None:
+        return kind
     if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
         return ("missing", None)
     return ("class_value", None)
