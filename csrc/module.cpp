@@ -11,6 +11,7 @@
 #include "runtime/eval_frame.h"
 #include "runtime/frame_runtime.h"
 #include "trace/pyrefs.h"
+#include "trace/tracer.h"
 
 namespace framejit {
 namespace {
@@ -101,7 +102,13 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("fn"));
 
-  m.def("reset", &reset_all_code_states, "Drops every region of every code object.");
+  m.def(
+      "reset",
+      []() {
+        reset_all_code_states();
+        clear_meta_cache();
+      },
+      "Drops every region of every code object and the cache of meta results.");
   m.def("set_skip_rules", &set_skip_rules, py::arg("skip"), py::arg("allow"));
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),

@@ -51,9 +51,31 @@ std::unique_ptr<Bytecode> Bytecode::from_code(PyCodeObject* code) {
   auto bc = decode(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(raw)),
                    static_cast<size_t>(PyBytes_GET_SIZE(raw)), native_op_table());
   Py_DECREF(raw);
-  for (Instr& instr : bc->instrs_) {
-    instr.line = PyCode_Addr2Line(code, instr.offset * 2);
+  // One pass over the line table (co_lines: (start byte, end byte, line) ranges); calling
+  // PyCode_Addr2Line per instruction would rescan the table each time.
+  std::vector<int> unit_line(bc->unit_to_index_.size(), -1);
+  PyObject* ranges = PyObject_CallMethod(reinterpret_cast<PyObject*>(code), "co_lines", nullptr);
+  PyObject* iter = ranges ? PyObject_GetIter(ranges) : nullptr;  // New
+  Py_XDECREF(ranges);
+  if (iter == nullptr) {
+    PyErr_Clear();
+    throw InternalError("co_lines() failed");
   }
+  while (PyObject* range = PyIter_Next(iter)) {  // New
+    long start = 0, end = 0;
+    PyObject* line = Py_None;
+    if (PyArg_ParseTuple(range, "llO", &start, &end, &line) && line != Py_None) {
+      const int value = static_cast<int>(PyLong_AsLong(line));
+      for (long unit = start / 2; unit < end / 2 && unit < static_cast<long>(unit_line.size());
+           ++unit) {
+        unit_line[unit] = value;
+      }
+    }
+    PyErr_Clear();
+    Py_DECREF(range);
+  }
+  Py_DECREF(iter);
+  for (Instr& instr : bc->instrs_) instr.line = unit_line[instr.offset];
   return bc;
 }
 

@@ -101,11 +101,9 @@ std::string Graph::unique_name(const std::string& hint) {
   std::string base = sanitize_name(hint);
   if (kReserved.count(base)) base += "_1";
   std::string name = base;
-  for (int i = 1; std::find(used_names_.begin(), used_names_.end(), name) != used_names_.end();
-       ++i) {
-    name = base + "_" + std::to_string(i);
-  }
-  used_names_.push_back(name);
+  int& suffix = next_suffix_[base];  // add, add_1, add_2, ... in O(1) per node
+  while (used_names_.count(name)) name = base + "_" + std::to_string(++suffix);
+  used_names_.insert(name);
   return name;
 }
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -113,7 +115,8 @@ class Graph {
   std::string function_name_;
   int first_line_;
   std::vector<std::unique_ptr<Node>> nodes_;
-  std::vector<std::string> used_names_;
+  std::unordered_set<std::string> used_names_;
+  std::unordered_map<std::string, int> next_suffix_;  // per base name: the next _N to try
 };
 
 // Turns any text into a Python identifier in FX's style ("inputs['x']" -> "inputs_x_").

@@ -103,7 +103,14 @@ Source SourceTable::item(int base, py::object key) const {
   s.key = std::move(key);
   const std::string plain_key =
       PyUnicode_Check(s.key.ptr()) ? s.key.cast<std::string>() : key_text;  // x, not 'x'
-  s.name_hint = sources_[base].name_hint + "_" + plain_key;
+  const Source& parent = sources_[base];
+  const bool module_store =
+      parent.kind == SourceKind::kAttr && parent.base >= 0 &&
+      (parent.text.size() > 12 && (parent.text.compare(parent.text.size() - 12, 12, "._parameters") == 0 ||
+                                   parent.text.compare(parent.text.size() - 9, 9, "._buffers") == 0 ||
+                                   parent.text.compare(parent.text.size() - 9, 9, "._modules") == 0));
+  // self._parameters['weight'] is named like self.weight.
+  s.name_hint = (module_store ? sources_[parent.base].name_hint : parent.name_hint) + "_" + plain_key;
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include "guards/tensor_check.h"
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_strided.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/DefaultDtype.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -96,6 +97,36 @@ std::string tensor_spec_text(const TensorSpec& spec) {
       << " sizes=" << join(spec.sizes) << " strides=" << join(spec.strides)
       << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();
+}
+
+void append_tensor_key(PyObject* obj, std::string& key) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  key += 'T';
+  key += std::to_string(static_cast<int>(t.scalar_type()));
+  for (int64_t size : t.sizes()) key += ',' + std::to_string(size);
+  key += ';';
+  for (int64_t stride : t.strides()) key += ',' + std::to_string(stride);
+  key += '+' + std::to_string(t.storage_offset());
+  key += t.requires_grad() ? 'g' : 'n';
+}
+
+MetaShape meta_shape_of(PyObject* obj) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  MetaShape shape;
+  shape.sizes.assign(t.sizes().begin(), t.sizes().end());
+  shape.strides.assign(t.strides().begin(), t.strides().end());
+  shape.dtype = static_cast<int8_t>(t.scalar_type());
+  shape.requires_grad = t.requires_grad();
+  shape.storage_offset = t.storage_offset();
+  return shape;
+}
+
+PyObject* make_meta_tensor(const MetaShape& shape) {
+  at::Tensor t = at::empty_strided(
+      shape.sizes, shape.strides,
+      at::TensorOptions().dtype(static_cast<c10::ScalarType>(shape.dtype)).device(c10::kMeta));
+  if (shape.requires_grad) t.set_requires_grad(true);
+  return THPVariable_Wrap(std::move(t));
 }
 
 GlobalTorchState current_global_torch_state() {

@@ -38,6 +38,22 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj);
 // Readable form for the guards log: "Tensor f32 cpu sizes=[2, 3] strides=[3, 1]".
 std::string tensor_spec_text(const TensorSpec& spec);
 
+// Tracing helpers that need at::Tensor (kept here so only this file includes libtorch):
+// Appends a tensor's metadata (dtype, sizes, strides, storage offset, requires_grad) to `key`.
+// Borrowed: obj, a tensor.
+void append_tensor_key(PyObject* obj, std::string& key);
+// What a meta result must reproduce: sizes, strides, dtype, requires_grad.
+struct MetaShape {
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  int8_t dtype = 0;
+  bool requires_grad = false;
+  int64_t storage_offset = 0;
+};
+MetaShape meta_shape_of(PyObject* obj);
+// A new meta tensor with that metadata (New reference).
+PyObject* make_meta_tensor(const MetaShape& shape);
+
 // Global torch state a trace depends on: grad mode and the default dtype.
 struct GlobalTorchState {
   bool grad_enabled = true;

@@ -103,6 +103,13 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       if (PyModule_Check(obj)) break;
       py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
       const std::string kind = how[0].cast<std::string>();
+      if (kind == "instance" && base->source >= 0 && py::str(how[1]).cast<std::string>() != "__dict__") {
+        // A parameter, buffer or submodule: read from the module's own dict on every call
+        // (C dict lookups), not through nn.Module.__getattr__ (a Python call per attribute).
+        ValuePtr store = load_source(sources_.attr(base->source, py::str(how[1]).cast<std::string>()));
+        FJ_CHECK(store != nullptr && store->source >= 0, "module store unreadable");
+        return item(store, Value::constant(py::str(name)));
+      }
       if (kind == "instance" || kind == "class_value") {
         if (base->source < 0) break;
         ValuePtr value = load_source(sources_.attr(base->source, name));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <unordered_map>
 
 #include "common/check.h"
 #include "guards/tensor_check.h"
@@ -156,7 +157,144 @@ bool all_tensors(py::handle sequence) {
   return true;
 }
 
+
+// ---- The meta-result cache ----
+// Running a torch op on meta tensors costs 100-500 us (many meta kernels are Python
+// decompositions); the same op on the same metadata recurs constantly (layers, unrolled loops).
+// Results are cached by (op, argument metadata and constants, grad mode, default dtype) and
+// rebuilt as fresh meta tensors. In-place ops, results that alias an input object and results
+// with a storage offset are never cached.
+
+struct CachedMeta {
+  bool sequence = false;
+  py::object sequence_type;  // tuple, list, or a structseq type
+  std::vector<MetaShape> outputs;
+};
+
+std::unordered_map<std::string, CachedMeta>& meta_cache() {
+  static auto* cache = new std::unordered_map<std::string, CachedMeta>();  // lives forever
+  return *cache;
+}
+
+bool append_value_key(PyObject* obj, std::string& key) {
+  const PyRefs& refs = PyRefs::get();
+  if (is_tensor(obj)) {
+    append_tensor_key(obj, key);
+    return true;
+  }
+  if (obj == Py_None) {
+    key += 'N';
+  } else if (obj == Py_Ellipsis) {
+    key += 'E';
+  } else if (PyBool_Check(obj)) {
+    key += obj == Py_True ? "b1" : "b0";
+  } else if (PyLong_CheckExact(obj)) {
+    int overflow = 0;
+    const long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+    if (overflow) return false;
+    key += 'i' + std::to_string(v);
+  } else if (PyFloat_CheckExact(obj)) {
+    key += fmt::format("f{:a}", PyFloat_AS_DOUBLE(obj));
+  } else if (PyUnicode_CheckExact(obj)) {
+    const char* text = PyUnicode_AsUTF8(obj);
+    if (text == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    key += 's';
+    key += text;
+    key += '\x01';
+  } else if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    key += PyList_Check(obj) ? '[' : '(';
+    key += Py_TYPE(obj)->tp_name;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      key += ',';
+      if (!append_value_key(PySequence_Fast_GET_ITEM(obj, i), key)) return false;
+    }
+    key += ')';
+  } else if (PySlice_Check(obj)) {
+    auto* slice = reinterpret_cast<PySliceObject*>(obj);
+    key += "sl(";
+    if (!append_value_key(slice->start, key) || !append_value_key(slice->stop, key) ||
+        !append_value_key(slice->step, key)) {
+      return false;
+    }
+    key += ')';
+  } else if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr()) ||
+             Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.device_type.ptr())) {
+    key += 'o' + safe_repr(obj);
+  } else {
+    return false;  // memory formats, layouts, generators, functions...: not worth keying
+  }
+  return true;
+}
+
+// The cache key of a call, or "" if it cannot be cached.
+std::string meta_key(PyObject* fn, const std::string& method, const py::list& args,
+                     const py::dict& kwargs) {
+  if (kwargs.contains("out")) return {};
+  const GlobalTorchState global = current_global_torch_state();
+  std::string key = method.empty() ? fmt::format("F{}", static_cast<const void*>(fn)) : "M" + method;
+  key += global.grad_enabled ? "|g" : "|n";
+  key += std::to_string(global.default_dtype);
+  for (py::handle arg : args) {
+    key += '|';
+    if (!append_value_key(arg.ptr(), key)) return {};
+  }
+  for (auto item : kwargs) {
+    key += '|' + py::str(item.first).cast<std::string>() + '=';
+    if (!append_value_key(item.second.ptr(), key)) return {};
+  }
+  return key;
+}
+
+void remember_meta(const std::string& key, const py::object& result, const py::list& args) {
+  CachedMeta entry;
+  std::vector<PyObject*> outputs;
+  if (is_tensor(result.ptr())) {
+    outputs.push_back(result.ptr());
+  } else if (PyTuple_Check(result.ptr()) || PyList_Check(result.ptr())) {
+    entry.sequence = true;
+    entry.sequence_type = py::reinterpret_borrow<py::object>(
+        reinterpret_cast<PyObject*>(Py_TYPE(result.ptr())));
+    for (py::handle item : result) {
+      if (!is_tensor(item.ptr())) return;
+      outputs.push_back(item.ptr());
+    }
+  } else {
+    return;
+  }
+  for (PyObject* out : outputs) {
+    for (py::handle arg : args) {
+      if (arg.ptr() == out) return;  // the op returned an input itself: keep that identity
+    }
+    entry.outputs.push_back(meta_shape_of(out));
+    if (entry.outputs.back().storage_offset != 0) return;
+  }
+  auto& cache = meta_cache();
+  if (cache.size() > 100000) cache.clear();  // bound the memory of long sessions
+  cache.emplace(key, std::move(entry));
+}
+
+py::object replay_meta(const CachedMeta& entry) {
+  if (!entry.sequence) {
+    return py::reinterpret_steal<py::object>(make_meta_tensor(entry.outputs[0]));
+  }
+  py::list items;
+  for (const MetaShape& shape : entry.outputs) {
+    items.append(py::reinterpret_steal<py::object>(make_meta_tensor(shape)));
+  }
+  if (entry.sequence_type.ptr() == reinterpret_cast<PyObject*>(&PyList_Type)) return std::move(items);
+  if (entry.sequence_type.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+    return py::tuple(items);
+  }
+  return entry.sequence_type(py::tuple(items));  // torch.return_types.* take one sequence
+}
+
 }  // namespace
+
+void clear_meta_cache() { meta_cache().clear(); }
 
 ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& method,
                              std::vector<ValuePtr> args, KwValues kwargs,
@@ -229,7 +367,19 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   }
 
   py::object result;
-  try {
+  const bool mutates = (is_method && !method.empty() && method.back() == '_') ||
+                       is_inplace_operator(target_text) || returns_none_inplace(target_text) ||
+                       (!is_method && !target_text.empty() && target_text.back() == '_') ||
+                       method == "cuda" || method == "cpu";
+  std::string cache_key;
+  if (any_tensor && !mutates) {
+    cache_key = meta_key(is_method ? nullptr : fn.ptr(), method, meta_args, meta_kwargs);
+    if (!cache_key.empty()) {
+      auto hit = meta_cache().find(cache_key);
+      if (hit != meta_cache().end()) result = replay_meta(hit->second);
+    }
+  }
+  if (!result) try {
     if (is_method) {
       const std::string meta_method = (method == "cuda" || method == "cpu") ? "to" : method;
       py::object self = meta_args[0];
@@ -253,6 +403,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", target_text,
                    error_summary(error));
   }
+  if (!cache_key.empty()) remember_meta(cache_key, result, meta_args);
 
   // The real device: explicit, else that of the tensor arguments (non-CPU wins, as CPU scalars
   // combine with CUDA tensors), else the default device.

@@ -33,6 +33,9 @@ void register_call_ops(HandlerTable& table);
 void register_build_ops(HandlerTable& table);
 void register_control_ops(HandlerTable& table);
 
+// Drops the cache of meta results (framejit.reset()).
+void clear_meta_cache();
+
 // A keyword argument at a call: name and value.
 using KwValues = std::vector<std::pair<std::string, ValuePtr>>;
 

@@ -170,19 +170,23 @@ def _function_kind(found, plain: str):
     return None
 
 
-def _is_instance_state(obj, name: str) -> bool:
+def _instance_store(obj, name: str):
+    """Where instance state `name` lives: "__dict__", an nn.Module's "_parameters" / "_buffers"
+    / "_modules" dict, or None if it is not instance state."""
     state = getattr(obj, "__dict__", None)
     if not isinstance(state, dict):
-        return False
+        return None
     if name in state:
-        return True
-    return any(isinstance(state.get(store), dict) and name in state[store]
-               for store in ("_parameters", "_buffers", "_modules"))
+        return "__dict__"
+    for store in ("_parameters", "_buffers", "_modules"):
+        if isinstance(state.get(store), dict) and name in state[store]:
+            return store
+    return None
 
 
 def resolve_attribute(obj, name: str):
     """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
-    'instance' (plain instance state, incl. nn.Module parameters/buffers/submodules),
+    'instance' (plain instance state; value: "__dict__" or the nn.Module dict holding it),
     'function' (bound to obj), 'plain_function' (a function read off a class), 'staticmethod',
     'classmethod' (value: the function), 'property' (value: fget), 'class_value' (a plain class
     attribute) or 'missing'."""
@@ -194,8 +198,9 @@ def resolve_attribute(obj, name: str):
     found = _class_attribute(type(obj), name)
     if isinstance(found, property):  # a data descriptor wins over instance state
         return ("property", found.fget) if found.fget is not None else ("missing", None)
-    if _is_instance_state(obj, name):
-        return ("instance", None)
+    store = _instance_store(obj, name)
+    if store is not None:
+        return ("instance", store)
     if found is _MISSING:
         return ("missing", None)
     kind = _function_kind(found, "function")
