@@ -170,8 +170,6 @@ class Tracer {
                                        KwValues kwargs);
   void build_exit_state(ExitKind kind);
   Rebuild rebuild_of(const ValuePtr& value);
-  ValuePtr wrap_call_result(py::handle result, py::object device, Node* node,
-                            const std::vector<ValuePtr>& args, bool inplace);
   TensorMeta meta_of(py::handle meta, py::handle device);
   // Marks a node made inside an inlined callee with the callee's file and function.
   void locate(Node* node);
