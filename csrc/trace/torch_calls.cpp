@@ -166,6 +166,7 @@ bool all_tensors(py::handle sequence) {
 // with a storage offset are never cached.
 
 struct CachedMeta {
+  py::object fn;  // held, so the address in the key can never name another object
   bool sequence = false;
   py::object sequence_type;  // tuple, list, or a structseq type
   std::vector<MetaShape> outputs;
@@ -249,8 +250,10 @@ std::string meta_key(PyObject* fn, const std::string& method, const py::list& ar
   return key;
 }
 
-void remember_meta(const std::string& key, const py::object& result, const py::list& args) {
+void remember_meta(const std::string& key, py::handle fn, const py::object& result,
+                   const py::list& args) {
   CachedMeta entry;
+  entry.fn = py::reinterpret_borrow<py::object>(fn);
   std::vector<PyObject*> outputs;
   if (is_tensor(result.ptr())) {
     outputs.push_back(result.ptr());
@@ -403,7 +406,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", target_text,
                    error_summary(error));
   }
-  if (!cache_key.empty()) remember_meta(cache_key, result, meta_args);
+  if (!cache_key.empty()) remember_meta(cache_key, fn, result, meta_args);
 
   // The real device: explicit, else that of the tensor arguments (non-CPU wins, as CPU scalars
   // combine with CUDA tensors), else the default device.

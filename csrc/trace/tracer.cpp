@@ -319,6 +319,11 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   PyObject* obj = real.ptr();
   ValuePtr value;
   if (is_tensor(obj)) {
+    if (refs.support.attr("has_torch_function_override")(real).cast<bool>()) {
+      // Meta tensors would not run the subclass's __torch_function__: shapes could differ.
+      FJ_UNSUPPORTED(kUnsupportedValue, "tensor subclass {} overrides __torch_function__",
+                     Py_TYPE(obj)->tp_name);
+    }
     guards_.add_tensor(slot, obj);
     py::object meta = refs.support.attr("make_meta")(real);
     py::object device = real.attr("device");

@@ -135,6 +135,20 @@ def short_dtype(dtype) -> str:
     return _SHORT_DTYPES.get(dtype, str(dtype).replace("torch.", ""))
 
 
+def _underlying(f):
+    return getattr(f, "__func__", f)
+
+
+# __torch_function__ implementations that behave like plain tensors (nn.Parameter disables it).
+_PLAIN_TORCH_FUNCTIONS = {_underlying(torch.Tensor.__torch_function__),
+                          torch._C._disabled_torch_function_impl}
+
+
+def has_torch_function_override(t) -> bool:
+    """Whether t's type customises __torch_function__ (then meta tensors cannot stand in)."""
+    return _underlying(type(t).__torch_function__) not in _PLAIN_TORCH_FUNCTIONS
+
+
 def make_meta(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor with t's sizes, strides, dtype and requires_grad (no data, no device)."""
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",

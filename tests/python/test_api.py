@@ -474,3 +474,27 @@ def test_untraceable_reads_do_not_recompile_on_every_call():
     assert [(r["kind"], r["exit"]) for r in regions(stores_into_input)] == [("compiled", "deopt")]
     assert "side_effect" in regions(stores_into_input)[0]["reason"]
     assert "inputs[\"z\"] = x * 2" in regions(stores_into_input)[0]["reason"]
+
+
+class LoggingTensor(torch.Tensor):
+    calls = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        cls.calls.append(getattr(func, "__name__", str(func)))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def test_tensor_subclass_with_torch_function_is_not_traced_with_meta():
+    def fn(x):
+        return x * 2 + 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    x = torch.ones(3).as_subclass(LoggingTensor)
+    LoggingTensor.calls.clear()
+    out = compiled(x)
+    assert type(out) is LoggingTensor and same(out.as_subclass(torch.Tensor), torch.full((3,), 3.0))
+    assert LoggingTensor.calls == ["mul", "add"]  # the subclass saw its ops, as in eager
+    assert counter.frame_count == 0
+    assert "overrides __torch_function__" in regions(fn)[0]["reason"]
