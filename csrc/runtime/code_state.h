@@ -42,6 +42,8 @@ enum class ExitKind : uint8_t {
   kCall,     // a call the trace could not inline: the runtime makes it (the callee's frame meets
              // the hook), pushes the result and goes on
   kIter,     // GET_ITER / FOR_ITER on an iterator the trace could not unroll: performed likewise
+  kWith,     // BEFORE_WITH: the runtime enters the context manager (torch.no_grad(), ...); the
+             // body is traced under the state it sets, and __exit__ is a call like any other
   kDeopt,    // anything else: CPython resumes the frame at `pc`
 };
 

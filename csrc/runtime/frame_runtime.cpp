@@ -601,6 +601,31 @@ bool perform_iter(FrameRun& run, const RegionExit& exit) {
   return true;
 }
 
+// BEFORE_WITH at a kWith exit: [manager] -> [manager.__exit__, manager.__enter__()].
+bool perform_with(FrameRun& run, const RegionExit& exit) {
+  PyObject* manager = run.stack.top();
+  PyObject* enter = PyObject_GetAttrString(manager, "__enter__");  // New
+  if (enter == nullptr) return false;
+  PyObject* on_exit = PyObject_GetAttrString(manager, "__exit__");  // New
+  if (on_exit == nullptr) {
+    Py_DECREF(enter);
+    return false;
+  }
+  fj_frame_link(run.tstate, run.frame, exit.op_pc);
+  PyObject* entered = PyObject_CallNoArgs(enter);  // New
+  fj_frame_unlink(run.tstate, run.frame);
+  Py_DECREF(enter);
+  if (entered == nullptr) {
+    Py_DECREF(on_exit);
+    return false;
+  }
+  run.stack.drop(1);
+  run.stack.push(on_exit);
+  run.stack.push(entered);
+  run.pc = exit.next_pc;
+  return true;
+}
+
 PyObject* run_frame(FrameRun& run) {
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;
@@ -682,6 +707,9 @@ PyObject* run_frame(FrameRun& run) {
         break;
       case ExitKind::kIter:
         ok = perform_iter(run, exit);
+        break;
+      case ExitKind::kWith:
+        ok = perform_with(run, exit);
         break;
       case ExitKind::kReturn:
         break;

@@ -91,6 +91,7 @@ const char* exit_kind_name(ExitKind kind) {
     case ExitKind::kBranch: return "branch";
     case ExitKind::kCall: return "call";
     case ExitKind::kIter: return "iterate";
+    case ExitKind::kWith: return "with";
     case ExitKind::kDeopt: return "deopt";
   }
   return "?";
@@ -191,6 +192,8 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
     exit_.kwnames = frame().kw_names ? frame().kw_names : py::none();
   } else if (ins.op == Op::GET_ITER || ins.op == Op::FOR_ITER) {
     kind = ExitKind::kIter;
+  } else if (ins.op == Op::BEFORE_WITH) {
+    kind = ExitKind::kWith;
   }
   build_exit_state(kind);
 }

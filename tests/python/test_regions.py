@@ -131,25 +131,42 @@ def test_branch_on_a_number_is_decided_at_run_time():
 
 def uses_with(x):
     y = x * 2
-    with torch.no_grad():  # not traced yet: CPython resumes the frame here
+    with torch.no_grad():  # the runtime enters it; the body is traced with grad mode off
         z = y + 1
     return z
 
 
-def test_unsupported_instruction_deopts_mid_frame():
+def raises_in_with(x):
+    y = x * 2
+    try:
+        with torch.no_grad():
+            z = y + 1
+            raise ValueError("inside")
+    except ValueError as e:
+        return z, str(e), torch.is_grad_enabled()
+
+
+def test_with_block_is_entered_by_the_runtime_and_its_body_compiled():
     counter = CompileCounter()
     compiled = framejit.compile(uses_with, backend=counter)
     x = torch.ones(2, requires_grad=True)
-    out = compiled(x)
-    assert same(out, uses_with(x)) and not out.requires_grad
-    # y = x * 2 compiles; torch.no_grad() is a call the runtime makes; BEFORE_WITH is where
-    # CPython takes over the rest of the frame.
+    for _ in range(3):
+        out = compiled(x)
+        assert same(out, uses_with(x)) and not out.requires_grad and torch.is_grad_enabled()
+    # y = x * 2 | torch.no_grad() made | entered | z = y + 1 under no_grad | __exit__ | return z
     assert [(r["kind"], r["exit"]) for r in regions(uses_with)] == [
-        ("compiled", "call"), ("fallback", "deopt")]
-    assert "BEFORE_WITH" in regions(uses_with)[1]["reason"]
-    assert counter.frame_count == 1
-    compiled(x)
-    assert counter.frame_count == 1
+        ("compiled", "call"), ("compiled", "with"), ("compiled", "call"), ("compiled", "return")]
+    assert counter.frame_count == 2
+    assert "grad_enabled=False" in regions(uses_with)[2]["guards"]
+
+
+def test_exception_inside_with_runs_exit_and_handler():
+    compiled = framejit.compile(raises_in_with, backend=CompileCounter())
+    x = torch.ones(2, requires_grad=True)
+    z, message, grad_inside_handler = compiled(x)
+    assert same(z, x * 2 + 1) and not z.requires_grad
+    assert (message, grad_inside_handler) == ("inside", True) and torch.is_grad_enabled()
+    assert regions(raises_in_with)[-1]["exit"] == "deopt"  # raise: CPython unwinds from there
 
 
 def check_positive(t):
