@@ -61,6 +61,14 @@ struct RegionExit {
   std::vector<std::pair<int, Rebuild>> locals;  // locals written back (kNull: deleted)
   std::vector<Rebuild> stack;                   // the whole value stack at the exit
   Rebuild result;                               // kReturn
+  // Attribute writes to objects that existed before the region, replayed in program order
+  // (setattr(target, name, value)) after the graph ran and before the exit is performed.
+  struct AttrWrite {
+    Rebuild target;
+    py::object name;
+    Rebuild value;
+  };
+  std::vector<AttrWrite> attr_writes;
   int memo_size = 0;
   std::string reason;  // why the trace stopped here, with the user's file:line
 };

@@ -342,6 +342,21 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
   return outputs;
 }
 
+// setattr for each attribute write of the region, in program order. False on error.
+bool replay_attr_writes(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
+                        std::vector<PyObject*>& memo) {
+  for (const RegionExit::AttrWrite& write : exit.attr_writes) {
+    PyObject* target = write.target.build(outputs, slots, memo);  // New
+    if (target == nullptr) return false;
+    PyObject* value = write.value.build(outputs, slots, memo);  // New
+    const int status = value ? PyObject_SetAttr(target, write.name.ptr(), value) : -1;
+    Py_DECREF(target);
+    Py_XDECREF(value);
+    if (status < 0) return false;
+  }
+  return true;
+}
+
 // Writes the exit's locals into the frame and replaces the value stack. False on error.
 bool write_exit_state(FrameRun& run, const RegionExit& exit, PyObject* outputs,
                       const SlotValues& slots, std::vector<PyObject*>& memo) {
@@ -686,6 +701,13 @@ PyObject* run_frame(FrameRun& run) {
     }
     const RegionExit& exit = region->exit;
     MemoTable memo(static_cast<size_t>(exit.memo_size));
+    if (!replay_attr_writes(exit, outputs, slots, memo.objects())) {
+      // Reported like a graph error: at the region's first instruction, whose stack is the one
+      // the runtime still holds.
+      Py_DECREF(outputs);
+      slots.clear();
+      return resume(run, state.bytecode->at(run.pc).offset, true);
+    }
     if (exit.kind == ExitKind::kReturn) {
       PyObject* result = exit.result.build(outputs, slots, memo.objects());
       Py_DECREF(outputs);

@@ -83,6 +83,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       break;
     }
     case VKind::kObject: {
+      // A value this region stored there (latest write wins).
+      for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {
+        if (it->target == base && it->name == name) return it->value;
+      }
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {
         py::object value;
@@ -219,6 +223,19 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
       break;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} is not traced yet", base->describe());
+}
+
+void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePtr value) {
+  if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||
+      PyType_Check(target->obj.ptr()) || !target->method.empty() || target->bound_self) {
+    FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} on {}", name, target->describe());
+  }
+  py::tuple how = PyRefs::get().support.attr("resolve_attribute")(target->obj, name);
+  const std::string kind = how[0].cast<std::string>();
+  if (kind == "property" || kind == "function") {
+    FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, which the class defines", name);
+  }
+  attr_writes_.push_back({target, name, std::move(value)});
 }
 
 void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {

@@ -106,8 +106,10 @@ void op_store_subscr(Tracer& t, const Instr&) {
   t.store_item(container, key, value);
 }
 
-void op_store_attr(Tracer& t, const Instr& i) {
-  FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} is not traced yet", t.co_name(i.arg));
+void op_store_attr(Tracer& t, const Instr& i) {  // [value, owner] -> owner.name = value
+  ValuePtr owner = t.pop();
+  ValuePtr value = t.pop();
+  t.store_attr(owner, t.co_name(i.arg), std::move(value));
 }
 
 void op_store_global(Tracer& t, const Instr& i) {

@@ -198,8 +198,16 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
   build_exit_state(kind);
 }
 
+void Tracer::build_attr_writes() {
+  for (const PendingWrite& write : attr_writes_) {
+    exit_.attr_writes.push_back(
+        {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value)});
+  }
+}
+
 void Tracer::build_exit_state(ExitKind kind) {
   exit_.kind = kind;
+  build_attr_writes();
   TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
     if (!root.dirty[i]) continue;
@@ -444,6 +452,7 @@ void Tracer::finish(const ValuePtr& value) {
     return;
   }
   exit_.kind = ExitKind::kReturn;
+  build_attr_writes();
   exit_.pc = current_->start;
   exit_.op_pc = current_->offset;
   exit_.op = current_->op;

@@ -128,6 +128,9 @@ class Tracer {
   // or the keys of a ModuleDict, in iteration order, with a guard on their number. False for
   // anything else.
   bool module_children(const ValuePtr& container, std::vector<ValuePtr>& out);
+  // obj.name = value on an object that existed before the region: recorded, read back by later
+  // loads in the trace, and replayed at the exit.
+  void store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
   // Cells (closure variables): the content of a cell value, and storing into one.
   ValuePtr cell_get(const ValuePtr& cell);
   void cell_set(const ValuePtr& cell, ValuePtr value);
@@ -169,6 +172,7 @@ class Tracer {
                                        const ValuePtr& fn, std::vector<ValuePtr> args,
                                        KwValues kwargs);
   void build_exit_state(ExitKind kind);
+  void build_attr_writes();
   Rebuild rebuild_of(const ValuePtr& value);
   TensorMeta meta_of(py::handle meta, py::handle device);
   // Marks a node made inside an inlined callee with the callee's file and function.
@@ -193,6 +197,12 @@ class Tracer {
   std::vector<Rebuild> inputs_;
   std::unordered_map<int, ValuePtr> by_slot_;
   std::unordered_map<const Value*, ValuePtr> scalar_inputs_;
+  struct PendingWrite {
+    ValuePtr target;
+    std::string name;
+    ValuePtr value;
+  };
+  std::vector<PendingWrite> attr_writes_;  // in program order
   RegionExit exit_;
   // Exit rebuilding state.
   std::vector<Arg> outputs_;

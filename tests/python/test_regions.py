@@ -272,3 +272,33 @@ def test_print_and_logging_in_the_middle(capsys, caplog):
     # logging saw the user's frame as the caller, as in eager
     assert records[0].funcName == records[1].funcName == "prints_between"
     assert records[0].lineno == records[1].lineno
+
+
+class Recorder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.last = y              # replayed after the graph runs
+        self.note = "seen"
+        if y.sum() > 0:            # a break: the writes before it are replayed at that exit
+            self.positive = True
+        return self.last * 2       # read back from the trace, not from the object
+
+
+def test_attribute_writes_are_replayed_in_order_without_a_break():
+    torch.manual_seed(0)
+    model, ref = Recorder(), Recorder()
+    ref.load_state_dict(model.state_dict())
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for x in (torch.ones(2, 3), -torch.ones(2, 3) * 5, torch.ones(2, 3)):
+        for m in (model, ref):
+            m.__dict__.pop("positive", None)
+        assert same(compiled(x), ref(x))
+        assert same(model.last, ref.last) and model.note == ref.note == "seen"
+        assert model.__dict__.get("positive") == ref.__dict__.get("positive")
+    exits = [r["exit"] for r in regions(Recorder.forward)]
+    assert "deopt" not in exits and exits.count("branch") == 1

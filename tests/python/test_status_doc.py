@@ -60,6 +60,7 @@ EXAMPLES = {
     "hooked(x)": lambda x: HOOKED(x) + 1,
     "with torch.no_grad():": None,
     "obj.attr = x": None,
+    'inputs["k"] = x': None,
     "raise ValueError()": None,
 }
 
@@ -150,6 +151,15 @@ def ex_setattr(x):
     return y
 
 
+def ex_store_item(x):
+    y = x + 1
+    INPUTS["k"] = y
+    return y
+
+
+INPUTS = {}
+
+
 def ex_raise(x):
     y = x + 1
     try:
@@ -171,6 +181,7 @@ EXAMPLES.update({
     "for t in gen(x)": ex_generator,
     "with torch.no_grad():": ex_with,
     "obj.attr = x": ex_setattr,
+    'inputs["k"] = x': ex_store_item,
     "raise ValueError()": ex_raise,
 })
 
