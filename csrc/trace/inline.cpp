@@ -22,6 +22,14 @@ std::string name_of(PyObject* str) {
   return data;
 }
 
+// Values a function reached without a source may carry (defaults, closure contents) that are safe
+// to bake into the trace unguarded: immutable constants and objects used by identity.
+bool is_fixed_value(PyObject* obj) {
+  return obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || PyBool_Check(obj) ||
+         PyUnicode_CheckExact(obj) || PyType_Check(obj) || PyFunction_Check(obj) ||
+         PyCFunction_Check(obj) || PyModule_Check(obj);
+}
+
 }  // namespace
 
 std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle function,
@@ -45,12 +53,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
       FJ_CHECK(container != nullptr, "{}.{} unreadable", fname, attr);
       return item(container, Value::constant(std::move(key)));
     }
-    PyObject* obj = real.ptr();
-    if (obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) || PyBool_Check(obj) ||
-        PyUnicode_CheckExact(obj) || PyType_Check(obj) || PyFunction_Check(obj) ||
-        PyCFunction_Check(obj) || PyModule_Check(obj)) {
-      return Value::constant(py::reinterpret_borrow<py::object>(real));
-    }
+    if (is_fixed_value(real.ptr())) return Value::constant(py::reinterpret_borrow<py::object>(real));
     FJ_UNSUPPORTED(kUnsupportedValue, "default {} of {} (a function without a source)",
                    safe_repr(real), fname);
   };
@@ -275,9 +278,7 @@ void Tracer::copy_free_vars(int n) {
     } else {
       PyObject* content = PyCell_GET(real);  // borrowed
       if (content == nullptr) FJ_UNSUPPORTED(kUnsupportedValue, "empty closure cell");
-      if (!(content == Py_None || PyLong_CheckExact(content) || PyFloat_CheckExact(content) ||
-            PyBool_Check(content) || PyUnicode_CheckExact(content) || PyFunction_Check(content) ||
-            PyType_Check(content) || PyModule_Check(content) || PyCFunction_Check(content))) {
+      if (!is_fixed_value(content)) {
         FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
       }
       cell->items.push_back(Value::constant(py::reinterpret_borrow<py::object>(content)));
