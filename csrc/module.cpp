@@ -4,6 +4,7 @@
 
 #include <pybind11/stl.h>
 
+#include "backends/native_function.h"
 #include "bytecode/decode.h"
 #include "log/log.h"
 #include "runtime/code_state.h"
@@ -64,6 +65,7 @@ py::dict code_stats(py::handle obj) {
 }  // namespace framejit
 
 PYBIND11_MODULE(_C, m) {
+  framejit::native::register_native(m);
   using namespace framejit;
   m.doc() = "framejit's C++ core: the frame hook, tracer, graph IR and guards.";
 

@@ -13,7 +13,8 @@ namespace framejit {
   V(recompiles, 2)             \
   V(bytecode, 3)               \
   V(graph_breaks, 4)           \
-  V(regions, 5)
+  V(regions, 5)                \
+  V(output_code, 6)
 
 enum class Artifact : uint32_t {
 #define FJ_ARTIFACT_ENUM(name, bit) name = 1u << bit,

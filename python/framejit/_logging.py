@@ -13,6 +13,7 @@ ARTIFACTS = {
     "bytecode": 3,
     "graph_breaks": 4,
     "regions": 5,
+    "output_code": 6,
 }
 
 _handler = None

@@ -46,3 +46,10 @@ def inductor(gm, example_inputs):
     """torch.compile's default compiler."""
     from torch._inductor.compile_fx import compile_fx
     return compile_fx(gm, example_inputs)
+
+
+@register("native")
+def native(gm, example_inputs):
+    """aten operators run from C++ through the c10 dispatcher (framejit/_native.py)."""
+    from ._native import native as lower_native
+    return lower_native(gm, example_inputs)

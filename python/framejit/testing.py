@@ -6,23 +6,32 @@ import torch
 
 
 class CompileCounter:
-    """A backend that counts the graphs handed to it and runs each as it is."""
+    """A backend that counts the graphs handed to it and runs each as it is, or through
+    ``backend`` (a name or callable) when given; ``compiled`` holds what that backend returned."""
 
-    def __init__(self):
+    def __init__(self, backend=None):
         self.frame_count = 0
         self.op_count = 0
         self.graphs = []
+        self.compiled = []
+        self._backend = None
+        if backend is not None:
+            from .backends import lookup
+            self._backend = lookup(backend)[0]
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.frame_count += 1
         self.op_count += sum(n.op in ("call_function", "call_method") for n in gm.graph.nodes)
         self.graphs.append(gm)
-        return gm.forward
+        fn = gm.forward if self._backend is None else self._backend(gm, example_inputs)
+        self.compiled.append(fn)
+        return fn
 
     def clear(self):
         self.frame_count = 0
         self.op_count = 0
         self.graphs.clear()
+        self.compiled.clear()
 
 
 def regions(fn):

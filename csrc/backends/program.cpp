@@ -1,0 +1,269 @@
+// The native program's builder, interpreter and printer.
+#include "backends/program.h"
+
+#include <c10/util/Exception.h>
+
+#include <sstream>
+
+namespace framejit::native {
+
+Operand Operand::reg_of(int reg) {
+  Operand operand;
+  operand.kind = Kind::kRegister;
+  operand.reg = reg;
+  return operand;
+}
+
+Operand Operand::constant_of(c10::IValue value) {
+  Operand operand;
+  operand.kind = Kind::kConstant;
+  operand.constant = std::move(value);
+  return operand;
+}
+
+Operand Operand::list_of(c10::TypePtr list_type, std::vector<Operand> items) {
+  TORCH_CHECK(list_type && list_type->kind() == c10::TypeKind::ListType,
+              "framejit native: a list operand needs a list type");
+  Operand operand;
+  operand.kind = Kind::kList;
+  operand.list_type = std::move(list_type);
+  operand.items = std::move(items);
+  return operand;
+}
+
+c10::OperatorHandle Program::find_op(const std::string& name, const std::string& overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+}
+
+void Program::add_call(const c10::OperatorHandle& op, std::vector<Operand> args,
+                       std::vector<int> outputs, std::vector<int> unpack) {
+  TORCH_CHECK(!finished_, "framejit native: add_call after finish");
+  const c10::FunctionSchema& schema = op.schema();
+  const auto& params = schema.arguments();
+  TORCH_CHECK(args.size() <= params.size(), "framejit native: ", schema.name(), " takes ",
+              params.size(), " arguments, got ", args.size());
+  for (size_t i = args.size(); i < params.size(); ++i) {
+    TORCH_CHECK(params[i].default_value().has_value(), "framejit native: ", schema.name(),
+                " needs argument '", params[i].name(), "'");
+    args.push_back(Operand::constant_of(*params[i].default_value()));
+  }
+  TORCH_CHECK(outputs.size() == schema.returns().size(), "framejit native: ", schema.name(),
+              " returns ", schema.returns().size(), " values, ", outputs.size(), " targets given");
+  if (!unpack.empty()) {
+    TORCH_CHECK(schema.returns().size() == 1 &&
+                    schema.returns()[0].type()->kind() == c10::TypeKind::ListType,
+                "framejit native: only an op returning one list can be unpacked");
+  }
+  instructions_.push_back(Instruction{op, std::move(args), std::move(outputs), std::move(unpack), {}});
+}
+
+namespace {
+
+void for_each_register(const Operand& operand, const std::function<void(int)>& fn) {
+  if (operand.kind == Operand::Kind::kRegister) fn(operand.reg);
+  for (const Operand& item : operand.items) for_each_register(item, fn);
+}
+
+}  // namespace
+
+void Program::finish() {
+  TORCH_CHECK(!finished_, "framejit native: finish called twice");
+  finished_ = true;
+  constexpr int kNever = -1;
+  constexpr int kOutput = 1 << 30;  // used by the program's outputs: never released early
+  std::vector<int> last_use(num_registers_, kNever);
+  std::vector<int> defined_at(num_registers_, kNever);
+  for (size_t i = 0; i < instructions_.size(); ++i) {
+    for (const Operand& arg : instructions_[i].args) {
+      for_each_register(arg, [&](int reg) { last_use[reg] = static_cast<int>(i); });
+    }
+    for (int reg : instructions_[i].outputs) if (reg >= 0) defined_at[reg] = static_cast<int>(i);
+    for (int reg : instructions_[i].unpack) if (reg >= 0) defined_at[reg] = static_cast<int>(i);
+  }
+  for (const Operand& out : outputs_) for_each_register(out, [&](int reg) { last_use[reg] = kOutput; });
+  for (int reg = 0; reg < num_registers_; ++reg) {
+    if (last_use[reg] == kOutput) continue;
+    if (last_use[reg] != kNever) {
+      instructions_[last_use[reg]].frees.push_back(reg);
+    } else if (defined_at[reg] != kNever) {
+      instructions_[defined_at[reg]].frees.push_back(reg);  // a result nobody reads
+    } else if (reg < num_inputs_) {
+      output_frees_.push_back(reg);  // an input the program never reads
+    }
+  }
+}
+
+void Program::push_operand(const Operand& operand, std::vector<c10::IValue>& registers,
+                           torch::jit::Stack& stack) const {
+  switch (operand.kind) {
+    case Operand::Kind::kRegister:
+      stack.push_back(registers[operand.reg]);
+      return;
+    case Operand::Kind::kConstant:
+      stack.push_back(operand.constant);
+      return;
+    case Operand::Kind::kList: {
+      const c10::TypePtr& elem = operand.list_type->containedType(0);
+      c10::impl::GenericList list(elem);
+      list.reserve(operand.items.size());
+      torch::jit::Stack item_stack;
+      for (const Operand& item : operand.items) {
+        push_operand(item, registers, item_stack);
+        list.push_back(std::move(item_stack.back()));
+        item_stack.pop_back();
+      }
+      stack.emplace_back(std::move(list));
+      return;
+    }
+  }
+}
+
+std::vector<c10::IValue> Program::run(std::vector<c10::IValue> inputs) const {
+  TORCH_CHECK(finished_, "framejit native: run before finish");
+  TORCH_CHECK(static_cast<int>(inputs.size()) == num_inputs_, "framejit native: expected ",
+              num_inputs_, " inputs, got ", inputs.size());
+  std::vector<c10::IValue> registers(num_registers_);
+  for (int i = 0; i < num_inputs_; ++i) registers[i] = std::move(inputs[i]);
+  torch::jit::Stack stack;
+  for (const Instruction& instr : instructions_) {
+    stack.clear();
+    stack.reserve(instr.args.size());
+    for (const Operand& arg : instr.args) push_operand(arg, registers, stack);
+    instr.op.callBoxed(stack);
+    if (!instr.unpack.empty()) {
+      c10::List<c10::IValue> list = stack[0].toList();
+      for (size_t i = 0; i < instr.unpack.size() && i < list.size(); ++i) {
+        if (instr.unpack[i] >= 0) registers[instr.unpack[i]] = list.get(i);
+      }
+    }
+    for (size_t i = 0; i < instr.outputs.size(); ++i) {
+      if (instr.outputs[i] >= 0) registers[instr.outputs[i]] = std::move(stack[i]);
+    }
+    for (int reg : instr.frees) registers[reg] = c10::IValue();
+  }
+  std::vector<c10::IValue> results;
+  results.reserve(outputs_.size());
+  torch::jit::Stack out_stack;
+  for (const Operand& out : outputs_) {
+    push_operand(out, registers, out_stack);
+    results.push_back(std::move(out_stack.back()));
+    out_stack.pop_back();
+  }
+  return results;
+}
+
+namespace {
+
+std::string register_name(int reg) { return reg >= 0 ? "%" + std::to_string(reg) : "_"; }
+
+// The shortest text that reads back as the same double (1e-05, not 1.0000000000000001e-05).
+std::string shortest_double(double value) {
+  for (int precision = 6; precision < 17; ++precision) {
+    std::ostringstream out;
+    out.precision(precision);
+    out << value;
+    if (std::stod(out.str()) == value) return out.str();
+  }
+  std::ostringstream out;
+  out.precision(17);
+  out << value;
+  return out.str();
+}
+
+// Enum arguments are boxed as ints; print them by name.
+void print_constant(std::ostream& out, const c10::IValue& value, const c10::TypePtr& type) {
+  if (value.isDouble()) {
+    const std::string text = shortest_double(value.toDouble());
+    // Keep a float looking like one: 2.0, not 2.
+    const bool plain = text.find_first_of(".eni") == std::string::npos;
+    out << text << (plain ? ".0" : "");
+    return;
+  }
+  c10::TypePtr t = type;
+  if (t->kind() == c10::TypeKind::OptionalType) t = t->containedType(0);
+  if (value.isInt()) {
+    switch (t->kind()) {
+      case c10::TypeKind::ScalarTypeType:
+        out << c10::toString(static_cast<c10::ScalarType>(value.toInt()));
+        return;
+      case c10::TypeKind::LayoutType:
+        out << static_cast<c10::Layout>(value.toInt());
+        return;
+      case c10::TypeKind::MemoryFormatType:
+        out << static_cast<c10::MemoryFormat>(value.toInt());
+        return;
+      default:
+        break;
+    }
+  }
+  if (value.isString()) {
+    out << '\'' << value.toStringRef() << '\'';
+    return;
+  }
+  out << value;
+}
+
+void print_operand(std::ostream& out, const Operand& operand, const c10::TypePtr& type) {
+  switch (operand.kind) {
+    case Operand::Kind::kRegister:
+      out << register_name(operand.reg);
+      return;
+    case Operand::Kind::kConstant:
+      print_constant(out, operand.constant, type);
+      return;
+    case Operand::Kind::kList: {
+      out << '[';
+      const c10::TypePtr& elem = operand.list_type->containedType(0);
+      for (size_t i = 0; i < operand.items.size(); ++i) {
+        if (i) out << ", ";
+        print_operand(out, operand.items[i], elem);
+      }
+      out << ']';
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+std::string Program::to_string(const std::string& name) const {
+  std::ostringstream out;
+  out << "def " << name << "(";
+  for (int i = 0; i < num_inputs_; ++i) out << (i ? ", " : "") << register_name(i);
+  out << "):\n";
+  for (const Instruction& instr : instructions_) {
+    out << "    ";
+    if (!instr.unpack.empty()) {
+      out << '[';
+      for (size_t i = 0; i < instr.unpack.size(); ++i) {
+        out << (i ? ", " : "") << register_name(instr.unpack[i]);
+      }
+      out << "] = ";
+    } else if (!instr.outputs.empty()) {
+      for (size_t i = 0; i < instr.outputs.size(); ++i) {
+        out << (i ? ", " : "") << register_name(instr.outputs[i]);
+      }
+      out << " = ";
+    }
+    const c10::FunctionSchema& schema = instr.op.schema();
+    out << schema.name();
+    if (!schema.overload_name().empty()) out << '.' << schema.overload_name();
+    out << '(';
+    const auto& params = schema.arguments();
+    for (size_t i = 0; i < instr.args.size(); ++i) {
+      if (i) out << ", ";
+      if (params[i].kwarg_only()) out << params[i].name() << '=';
+      print_operand(out, instr.args[i], params[i].type());
+    }
+    out << ")\n";
+  }
+  out << "    return (";
+  for (size_t i = 0; i < outputs_.size(); ++i) {
+    if (i) out << ", ";
+    print_operand(out, outputs_[i], c10::AnyType::get());
+  }
+  out << (outputs_.size() == 1 ? ",)\n" : ")\n");
+  return out.str();
+}
+
+}  // namespace framejit::native

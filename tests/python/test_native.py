@@ -1,0 +1,180 @@
+"""backend="native": graphs lowered to aten ops and run from C++. Every model of the zoo and every
+straight-line foundation case equals eager (forward, gradients, buffers, mutated inputs), and
+each graph really ran as a native program (no silent fallback)."""
+import copy
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from framejit import _C
+from framejit.testing import CompileCounter, same
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from models.zoo import ZOO  # noqa: E402
+import test_straight_line as straight  # noqa: E402
+
+
+def lowered(counter):
+    """(programs lowered, keys that ran the fallback) over every graph the counter saw."""
+    programs = sum(fn.variants[0] for fn in counter.compiled)
+    fallbacks = sum(fn.variants[1] for fn in counter.compiled)
+    return programs, fallbacks
+
+
+def run(model, args, seed=0):
+    torch.manual_seed(seed)  # dropout draws the same mask in both runs
+    return model(*args)
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("name", sorted(ZOO))
+def test_zoo_forward_gradients_and_buffers_equal_eager(name, training):
+    torch.manual_seed(1)
+    eager = ZOO[name]().train(training)
+    model = copy.deepcopy(eager)
+    counter = CompileCounter("native")
+    compiled = framejit.compile(model, backend=counter)
+    for step in range(2):
+        args = ZOO[name].example(batch=3)
+        out = run(compiled, args, seed=step)
+        ref = run(eager, args, seed=step)
+        assert same(out, ref, rtol=1e-4, atol=1e-5)
+        leaves = torch.utils._pytree.tree_leaves
+        sum(t.float().sum() for t in leaves(out)).backward()
+        sum(t.float().sum() for t in leaves(ref)).backward()
+        for (pname, p), q in zip(model.named_parameters(), eager.parameters()):
+            assert same(p.grad, q.grad, rtol=1e-4, atol=1e-5), pname
+        for (bname, b), c in zip(model.named_buffers(), eager.buffers()):
+            assert same(b, c, rtol=1e-5, atol=1e-6), bname
+    assert counter.frame_count == 1
+    assert lowered(counter) == (1, 0)
+
+
+@pytest.mark.parametrize("case", straight.CASES, ids=repr)
+def test_foundation_cases_run_natively(case):
+    counter = CompileCounter("native")
+    compiled = framejit.compile(straight._fresh(case.fn), backend=counter)
+    for seed, dtype in ((0, case.dtypes[0]), (1, case.dtypes[0]), (2, case.dtypes[1])):
+        straight._check_same(case, compiled, straight._inputs(case, dtype, seed), f"seed {seed}")
+    assert counter.frame_count == 2 * case.graphs
+    programs, fallbacks = lowered(counter)
+    assert fallbacks == 0 and programs == counter.frame_count
+
+
+def test_gradients_through_inputs_and_no_grad():
+    def f(x, w):
+        return torch.tanh(x @ w).sum(dim=1) * 2
+
+    compiled = framejit.compile(f, backend="native")
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4, 5, requires_grad=True)
+    compiled(x, w).sum().backward()
+    gx, gw = x.grad.clone(), w.grad.clone()
+    x.grad = w.grad = None
+    f(x, w).sum().backward()
+    assert same(gx, x.grad) and same(gw, w.grad)
+    with torch.no_grad():
+        assert compiled(x, w).grad_fn is None
+    with torch.inference_mode():
+        assert same(compiled(x, w), f(x, w))
+
+
+def test_inplace_on_input_views_and_aliasing_behave_as_eager():
+    def f(x):
+        x.add_(1)
+        v = x.view(-1)
+        return v, x.t()
+
+    compiled = framejit.compile(f, backend="native")
+    a = torch.zeros(2, 3)
+    v, t = compiled(a)
+    assert torch.equal(a, torch.ones(2, 3))
+    v.mul_(5)  # the returned view shares a's storage, as in eager
+    assert torch.equal(a, torch.full((2, 3), 5.0))
+    assert t._base is a or t.data_ptr() == a.data_ptr()
+
+
+def test_output_code_prints_one_aten_op_per_line(caplog):
+    framejit.set_logs("output_code", handler=False)
+    compiled = framejit.compile(lambda x, w: F.gelu(F.linear(x, w)), backend="native")
+    with caplog.at_level(logging.INFO, logger="framejit.output_code"):
+        compiled(torch.randn(2, 4), torch.randn(3, 4))
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "framejit.output_code")
+    assert "NATIVE PROGRAM" in text
+    assert "# %0: float32[2, 4] cpu" in text
+    assert "= aten::t(%1)" in text and "= aten::mm(%0, %" in text and "aten::gelu(" in text
+
+
+def _graph_module(fn, *args):
+    return torch.fx.symbolic_trace(fn), list(args)
+
+
+def masked(x):
+    return (x[x > 0] * 2,)  # the output's size depends on x's values
+
+
+def scaled_by_item(x):
+    return (x * x.sum().item(),)  # a number computed in the graph
+
+
+@pytest.mark.parametrize("fn", [masked, scaled_by_item])
+def test_a_graph_that_cannot_be_lowered_runs_as_is_with_one_log_line(fn, caplog):
+    gm, args = _graph_module(fn, torch.randn(8))
+    native_fn = framejit.backends.native(gm, args)
+    with caplog.at_level(logging.WARNING, logger="framejit.native"):
+        for _ in range(3):
+            x = torch.randn(8)
+            assert same(native_fn(x), fn(x))
+    lines = [r for r in caplog.records if r.name == "framejit.native"]
+    assert len(lines) == 1 and "data-dependent" in lines[0].getMessage(), lines
+    assert native_fn.variants == (0, 1)
+
+
+def test_programs_are_keyed_on_metadata_and_numbers():
+    def scaled(x, s):
+        return (x * s + x.shape[0],)
+
+    gm = torch.fx.symbolic_trace(scaled)
+    fn = framejit.backends.native(gm, [])
+    for shape, s in (((2, 3), 2.0), ((2, 3), 2.0), ((4, 3), 2.0), ((2, 3), 3.0)):
+        x = torch.randn(shape)
+        assert same(fn(x, s), scaled(x, s))
+    assert fn.variants == (3, 0)
+    # Non-contiguous strides lower again instead of running a view baked for contiguous input.
+    x = torch.randn(3, 2).t()
+    assert same(fn(x, 2.0), scaled(x, 2.0))
+    assert fn.variants == (4, 0)
+
+
+def test_autocast_runs_the_graph_as_is():
+    def f(x, w):
+        return (x @ w,)
+
+    gm = torch.fx.symbolic_trace(f)
+    fn = framejit.backends.native(gm, [])
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = fn(x, w)
+        ref = f(x, w)
+    assert out[0].dtype == torch.bfloat16 and same(out, ref)
+
+
+def test_repeated_calls_keep_no_references():
+    compiled = framejit.compile(lambda x: torch.relu(x) * 2 + 1, backend="native")
+    x = torch.randn(16)
+    compiled(x)
+    before = sys.getrefcount(x)
+    for _ in range(1000):
+        compiled(x)
+    assert sys.getrefcount(x) == before
+
+
+def test_program_builder_rejects_unknown_ops():
+    program = _C.NativeProgram(1)
+    with pytest.raises(RuntimeError, match="no_such_op"):
+        program.add_call("aten::no_such_op", "", [("r", 0)], [program.new_register()])
