@@ -271,6 +271,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     FJ_CHECK(region->guards.check(region->sources, fs, slots),
              "the guards of a fresh trace fail on the state it was traced from");
     py::object gm = export_fx(graph);
+    gm.attr("meta")["framejit_name"] = fmt::format("__compiled_fn_{}", region->graph_id);
     py::list example_inputs;
     std::vector<PyObject*> memo;
     for (const Rebuild& input : region->inputs) {

@@ -26,7 +26,7 @@ class LoweringError(Exception):
 
 def native(gm: torch.fx.GraphModule, example_inputs):
     """``backend="native"``: lowers on the first call with each new input metadata."""
-    name = getattr(gm, "_framejit_name", None) or type(gm).__name__
+    name = getattr(gm, "meta", {}).get("framejit_name") or type(gm).__name__
 
     def lower(args):
         try:
