@@ -51,6 +51,12 @@ class GuardSet {
 
   size_t size() const { return guards_.size() + 1; }  // + the global torch state
 
+  // Tensor guards check rank, dtype, device, requires_grad and type but no sizes or strides:
+  // for a trace that read no size into Python, handed to a backend that runs any size.
+  void allow_any_sizes() {
+    for (TensorSpec& spec : tensor_specs_) spec.any_sizes = true;
+  }
+
  private:
   bool check_one(const Guard& guard, PyObject* value) const;
   std::string describe(const Guard& guard, const SourceTable& sources) const;

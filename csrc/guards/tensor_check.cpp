@@ -41,6 +41,7 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
   }
   if (t.requires_grad() != spec.requires_grad) return false;
   if (t.key_set().raw_repr() != spec.dispatch_keys) return false;
+  if (spec.any_sizes) return true;
   const auto sizes = t.sizes();
   const auto strides = t.strides();
   for (size_t i = 0; i < ndim; ++i) {
@@ -80,6 +81,8 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
     out << "requires_grad changed: expected " << spec.requires_grad;
   } else if (now.dispatch_keys != spec.dispatch_keys) {
     out << "dispatch keys changed";
+  } else if (spec.any_sizes) {
+    out << "matches";
   } else if (now.sizes != spec.sizes) {
     out << "sizes changed: expected " << join(spec.sizes) << ", got " << join(now.sizes);
   } else if (now.strides != spec.strides) {
@@ -95,7 +98,7 @@ std::string tensor_spec_text(const TensorSpec& spec) {
   out << spec.type->tp_name << " " << c10::toString(static_cast<c10::ScalarType>(spec.dtype))
       << " " << c10::Device(static_cast<c10::DeviceType>(spec.device_type), spec.device_index)
       << " sizes=" << join(spec.sizes) << " strides=" << join(spec.strides)
-      << " requires_grad=" << (spec.requires_grad ? "True" : "False");
+      << (spec.any_sizes ? " (any sizes of this rank)" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();
 }
 

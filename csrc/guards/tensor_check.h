@@ -20,6 +20,9 @@ struct TensorSpec {
   uint64_t dispatch_keys = 0;    // DispatchKeySet raw representation
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
+  // Sizes and strides are not checked, only the rank: the trace read no size into Python and
+  // the backend runs any size (see GuardSet::allow_any_sizes).
+  bool any_sizes = false;
 };
 
 // Whether obj is a torch.Tensor (or subclass). Borrowed: obj.

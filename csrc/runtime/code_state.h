@@ -25,6 +25,9 @@ struct CompileContext {
   bool fullgraph = false;
   bool warm_branches = false;
   int recompile_limit = 8;
+  // The backend runs any size (its callable has framejit_shape_generic): regions that read no
+  // size into Python guard ranks, not sizes.
+  bool any_sizes = false;
   py::object on_region;  // None, or called with a dict per new region (framejit.explain)
 };
 

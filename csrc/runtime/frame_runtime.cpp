@@ -250,6 +250,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   }
   region->sources = std::move(tracer.sources());
   region->guards = std::move(tracer.guards());
+  if (ctx.any_sizes && !tracer.sizes_read()) region->guards.allow_any_sizes();
   if (region->graph_ops == 0) return region;  // nothing for a backend
 
   region->graph_id = g_next_graph_id++;
@@ -260,9 +261,13 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
                          region->graph_text));
   }
   if (log_enabled(Artifact::guards)) {
-    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}", region->graph_id,
+    std::string sizes_note;
+    if (ctx.any_sizes && tracer.sizes_read()) {
+      sizes_note = fmt::format("sizes specialised: the trace read {}\n", tracer.size_read());
+    }
+    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
                                            code_location(code, line_at(code, bytecode, pc)),
-                                           region->guards.to_string(region->sources)));
+                                           sizes_note, region->guards.to_string(region->sources)));
   }
   // Example inputs are this call's live values; the list is dropped right after the backend
   // returns, so the cache never keeps an input tensor alive.

@@ -42,6 +42,17 @@ py::object type_of(const ValuePtr& value) {
   throw InternalError("type of NULL");
 }
 
+// Queries whose answer depends on a tensor's sizes or strides (not on its rank or dtype).
+bool is_size_query(const std::string& name) {
+  const std::string base = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+  static const char* kSizeQueries[] = {"size", "stride", "numel", "nelement", "is_contiguous",
+                                       "storage_offset"};
+  for (const char* query : kSizeQueries) {
+    if (base == query) return true;
+  }
+  return false;
+}
+
 bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   std::function<bool(const ValuePtr&)> has = [&](const ValuePtr& v) {
     if (v->kind == VKind::kTensor) return true;
@@ -234,6 +245,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
                            std::move(kwargs), "", name);
       }
       if (kind == "query") {
+        if (is_size_query(name)) note_size_read("Tensor." + name + "()");
         try {
           py::list rest;
           for (size_t i = 1; i < args.size(); ++i) rest.append(args[i]->as_python());
@@ -321,6 +333,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_tensor()) {
+        note_size_read("len() of a tensor");
         py::object shape = v->obj.attr("shape");
         if (py::len(shape) == 0) FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
         return Value::constant(shape[py::int_(0)]);
@@ -362,6 +375,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
     try {
       if (kind == "query") {
+        if (is_size_query(callable_name(callable)) && any_tensor(args, kwargs)) {
+          note_size_read(callable_name(callable) + "()");
+        }
         py::list py_args;
         for (const auto& a : args) py_args.append(a->is_tensor() ? a->obj : a->as_python());
         py::dict py_kwargs;

@@ -498,7 +498,9 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
                                          "is_sparse", "is_quantized", "is_mkldnn", "itemsize",
                                          "nbytes", "is_nested"};
   for (const char* constant : kMetaConstants) {
-    if (name == constant) return Value::constant(tensor->obj.attr(constant));
+    if (name != constant) continue;
+    if (name == "shape" || name == "nbytes") note_size_read("Tensor." + name);
+    return Value::constant(tensor->obj.attr(constant));
   }
   const std::string device = py::str(tensor->device).cast<std::string>();
   if (name == "device") return Value::constant(tensor->device);

@@ -82,6 +82,13 @@ class Tracer {
 
   // ---- results ----
   SourceTable& sources() { return sources_; }
+  // A tensor size (or something computed from sizes) became a Python value: the trace holds
+  // for these sizes only. `what` says how, for the guards log.
+  void note_size_read(const std::string& what) {
+    if (size_read_.empty()) size_read_ = what;
+  }
+  bool sizes_read() const { return !size_read_.empty(); }
+  const std::string& size_read() const { return size_read_; }
   GuardSet& guards() { return guards_; }
   Graph& graph() { return graph_; }
   const std::vector<Rebuild>& inputs() const { return inputs_; }
@@ -166,6 +173,7 @@ class Tracer {
   ValuePtr load_source(Source source);
 
  private:
+  std::string size_read_;  // the first way a size was read, "" if none
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);
   std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,

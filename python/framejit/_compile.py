@@ -54,21 +54,24 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     if recompile_limit < 1:
         raise ValueError("framejit.compile: recompile_limit must be at least 1")
     if dynamic:
-        warnings.warn("framejit.compile(dynamic=True) is not supported yet: shapes are "
-                      "specialised and a new shape compiles again", FramejitWarning, stacklevel=2)
+        warnings.warn("framejit.compile(dynamic=True): sizes read into Python (x.shape, "
+                      "x.size(), len(x)) are still specialised; other sizes are generic by "
+                      "default (dynamic=None)", FramejitWarning, stacklevel=2)
     if mode is not None:
         warnings.warn(f"framejit.compile(mode={mode!r}) is ignored", FramejitWarning, stacklevel=2)
     backend_fn, backend_name = backends.lookup(backend)
+    # A trace that reads no size into Python holds for any size when the backend runs any size.
+    any_sizes = dynamic is not False and bool(getattr(backend_fn, "framejit_shape_generic", False))
     if isinstance(fn, torch.nn.Module):
         _skip.allow_file_of(type(fn).forward)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches))
+                                bool(warm_branches), any_sizes=any_sizes)
         return CompiledModule(fn, call)
     if not callable(fn):
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
     _skip.allow_file_of(fn)
     compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches))
+                                bool(warm_branches), any_sizes=any_sizes)
     functools.update_wrapper(compiled, fn)
     return compiled
 

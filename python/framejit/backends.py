@@ -41,6 +41,11 @@ def eager(gm, example_inputs):
     return gm.forward
 
 
+# Backends whose callables run any input sizes (the graph's ops recompute every shape at run
+# time) carry this mark; framejit then guards ranks, not sizes, where a trace read no size.
+eager.framejit_shape_generic = True
+
+
 @register("inductor")
 def inductor(gm, example_inputs):
     """torch.compile's default compiler."""
@@ -53,3 +58,6 @@ def native(gm, example_inputs):
     """aten operators run from C++ through the c10 dispatcher (framejit/_native.py)."""
     from ._native import native as lower_native
     return lower_native(gm, example_inputs)
+
+
+native.framejit_shape_generic = True  # it keys its lowered programs on sizes itself

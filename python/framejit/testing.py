@@ -7,7 +7,8 @@ import torch
 
 class CompileCounter:
     """A backend that counts the graphs handed to it and runs each as it is, or through
-    ``backend`` (a name or callable) when given; ``compiled`` holds what that backend returned."""
+    ``backend`` (a name or callable; default: $FRAMEJIT_TEST_BACKEND, else as it is);
+    ``compiled`` holds what that backend returned."""
 
     def __init__(self, backend=None):
         self.frame_count = 0
@@ -15,9 +16,13 @@ class CompileCounter:
         self.graphs = []
         self.compiled = []
         self._backend = None
+        # FRAMEJIT_TEST_BACKEND=native reruns a suite's counted graphs through another backend.
+        backend = backend or os.environ.get("FRAMEJIT_TEST_BACKEND") or None
         if backend is not None:
             from .backends import lookup
             self._backend = lookup(backend)[0]
+        inner = self._backend
+        self.framejit_shape_generic = inner is None or getattr(inner, "framejit_shape_generic", False)
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs):
         self.frame_count += 1

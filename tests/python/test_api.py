@@ -287,7 +287,7 @@ def test_errors_of_the_user_program_surface_as_in_eager():
 def test_recompiles_log_says_which_guard_failed(caplog):
     framejit.set_logs("recompiles", "guards", handler=False)
     counter = CompileCounter()
-    compiled = framejit.compile(add_mul, backend=counter)
+    compiled = framejit.compile(add_mul, backend=counter, dynamic=False)
     with caplog.at_level(logging.INFO, logger="framejit"):
         compiled(torch.ones(2), torch.ones(2))
         compiled(torch.ones(3), torch.ones(3))
@@ -300,7 +300,8 @@ def test_recompiles_log_says_which_guard_failed(caplog):
 
 def test_recompile_limit_then_plain_python_with_one_warning():
     counter = CompileCounter()
-    compiled = framejit.compile(add_mul, backend=counter, options={"recompile_limit": 2})
+    compiled = framejit.compile(add_mul, backend=counter, options={"recompile_limit": 2},
+                                dynamic=False)
     for n in (1, 2):
         compiled(torch.ones(n), torch.ones(n))
     with pytest.warns(framejit.FramejitWarning, match="recompile_limit"):
@@ -309,6 +310,47 @@ def test_recompile_limit_then_plain_python_with_one_warning():
     out = compiled(torch.ones(6), torch.ones(6))  # no second warning (filterwarnings=error)
     assert same(out, add_mul(torch.ones(6), torch.ones(6)))
     assert counter.frame_count == 2
+
+
+def test_sizes_not_read_into_python_are_not_guarded(caplog):
+    framejit.set_logs("guards", "recompiles", handler=False)
+    counter = CompileCounter()
+    compiled = framejit.compile(add_mul, backend=counter)
+    with caplog.at_level(logging.INFO, logger="framejit"):
+        for n in (2, 3, 7):
+            x, y = torch.randn(n), torch.randn(n)
+            assert same(compiled(x, y), add_mul(x, y))
+        assert counter.frame_count == 1
+        x, y = torch.randn(2, 2), torch.randn(2, 2)  # a new rank traces again
+        assert same(compiled(x, y), add_mul(x, y))
+    assert counter.frame_count == 2
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "(any sizes of this rank)" in text and "rank changed: expected 1, got 2" in text
+
+
+def test_sizes_read_into_python_are_specialised():
+    def per_row(x):
+        return x * x.shape[0] + x.size(1)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(per_row, backend=counter)
+    for n in (2, 3, 2):
+        x = torch.randn(n, 4)
+        assert same(compiled(x), per_row(x))
+    assert counter.frame_count == 2
+
+
+def test_a_backend_without_the_shape_generic_mark_compiles_per_size():
+    graphs = []
+
+    def my_backend(gm, example_inputs):  # e.g. one that specialises on example_inputs' sizes
+        graphs.append(gm)
+        return gm.forward
+
+    compiled = framejit.compile(add_mul, backend=my_backend)
+    for n in (2, 3):
+        compiled(torch.ones(n), torch.ones(n))
+    assert len(graphs) == 2
 
 
 def test_python_number_arguments_are_guarded_by_value():

@@ -1,0 +1,519 @@
+"""Keeps docs/coverage.md true: every row with an example is run here and its outcome compared
+with the status the table claims (graph: no break; break: a region exit the runtime performs;
+deopt: CPython finishes the frame from there).
+
+Each example is a small function registered with @example("<the example text>"); it takes one
+4x4 tensor unless the registration gives another input. The outcome is read from the regions of
+that function's own code, so a callee that breaks shows as a break of the caller."""
+import dataclasses
+import functools
+import math
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import framejit
+from framejit.testing import CompileCounter, regions, same
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "coverage.md"
+
+EXAMPLES = {}  # example text -> (function, make its arguments)
+
+
+def example(text, make=lambda: (torch.randn(4, 4),)):
+    def register(fn):
+        assert text not in EXAMPLES, text
+        EXAMPLES[text] = (fn, make)
+        return fn
+    return register
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers the examples use
+# ---------------------------------------------------------------------------------------------
+
+def helper(x, scale=1, *rest, **opts):
+    return x * scale
+
+
+def countdown(x, n):
+    return x if n == 0 else countdown(x + 1, n - 1)
+
+
+def affine(x, w, b=0.0):
+    return x * w + b
+
+
+def gen(x):
+    yield x
+    yield x * 2
+
+
+@torch.no_grad()
+def frozen(x):
+    return x * 2
+
+
+class Obj:
+    sides = 4
+
+    def method(self, x):
+        return x + 1
+
+    @classmethod
+    def per_side(cls, x):
+        return x / cls.sides
+
+    def __call__(self, x):
+        return x - 1
+
+
+class Base:
+    def scale(self, x):
+        return x * 2
+
+
+class Derived(Base):
+    def scale(self, x):
+        return super().scale(x) + 1
+
+
+class Point:
+    def __init__(self, t, k):
+        self.t = t
+        self.k = k
+
+
+@dataclasses.dataclass
+class Cfg:
+    scale: float = 2.0
+
+
+class Hooked(nn.Module):
+    def forward(self, x):
+        return x * 2
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.heads = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+        self.weight = nn.Parameter(torch.randn(4, 4))
+        self.register_buffer("offset", torch.arange(4.0))
+        self.register_buffer("running", torch.zeros(4))
+        self.conv = nn.Conv2d(1, 1, 3, padding=1)
+        self.bn = nn.BatchNorm2d(1)
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+
+
+OBJ, DERIVED, CFG, NET = Obj(), Derived(), Cfg(), Net()
+HOOKED = Hooked()
+HOOKED.register_forward_hook(lambda m, a, out: None)
+INPUTS, LOG, TABLE = {}, [], {}
+COUNT = 0
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Calls
+# ---------------------------------------------------------------------------------------------
+
+example("helper(x, scale=2)")(lambda x: helper(x, scale=2))
+example("obj.method(x)")(lambda x: OBJ.method(x))
+example("[t * 2 for t in xs]", lambda: ([torch.randn(4)] * 2,))(
+    lambda xs: torch.stack([t * 2 for t in xs]))
+example("countdown(x, 3)")(lambda x: countdown(x, 3))
+example("cfg.scale * x")(lambda x: CFG.scale * x)
+example("obj.per_side(x)")(lambda x: OBJ.per_side(x * 2) + 1)
+example("obj(x)")(lambda x: OBJ(x * 2) + 1)
+example("partial(affine, w=2.0)(x)")(lambda x: functools.partial(affine, w=2.0)(x * 2) + 1)
+example("super().scale(x)")(lambda x: DERIVED.scale(x * 2) + 1)
+example("Point(x, 2.0)")(lambda x: Point(x * 2, 2.0).t + 1)
+example("frozen(x)")(lambda x: frozen(x * 2) + 1)
+
+
+@example("helper(*args, **kwargs)")
+def ex_star_call(x):
+    args, kwargs = (x, 2), {"unused": 1}
+    return helper(*args, **kwargs)
+
+
+@example("inner(x, scale=3)")
+def ex_nested_def(x):
+    count = 0
+
+    def inner(t, scale=2):
+        nonlocal count
+        count += 1
+        return t * scale + count
+    return inner(x, scale=3)
+
+
+# ---------------------------------------------------------------------------------------------
+# nn.Module (NET's submodules are read from a global, as a forward reads them from self)
+# ---------------------------------------------------------------------------------------------
+
+example("self.layers[0](x)")(lambda x: NET.layers[0](x))
+example("hooked(x)")(lambda x: HOOKED(x) + 1)
+example("x @ self.weight - self.offset")(lambda x: x @ NET.weight - NET.offset)
+example("self.bn(self.conv(x))", lambda: (torch.randn(2, 1, 4, 4),))(
+    lambda x: NET.bn(NET.conv(x)))
+example("self.mha(x, x, x)", lambda: (torch.randn(2, 3, 4),))(lambda x: NET.mha(x, x, x)[0] + 1)
+
+
+@example("for layer in self.layers:")
+def ex_modulelist_for(x):
+    for layer in NET.layers:
+        x = layer(x)
+    return x
+
+
+@example("enumerate(self.layers)")
+def ex_modulelist_enumerate(x):
+    for i, layer in enumerate(NET.layers):
+        x = layer(x) * i
+    return x
+
+
+@example("self.heads.items()")
+def ex_moduledict_items(x):
+    out = x
+    for name, head in NET.heads.items():
+        out = out + head(x)
+    return out
+
+
+@example("self.parameters()")
+def ex_parameters(x):
+    for p in NET.parameters():
+        x = x + p.sum()
+    return x
+
+
+@example("self.layers[1:3]")
+def ex_modulelist_slice(x):
+    for layer in NET.layers[1:3]:
+        x = layer(x)
+    return x
+
+
+@example("if self.training:")
+def ex_training(x):
+    if NET.training:
+        return x + 1
+    return x - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Control flow and Python values
+# ---------------------------------------------------------------------------------------------
+
+example("len(xs)")(lambda x: x * len([x, x]))
+example("max(x.shape) * min(3, 1)")(lambda x: x * (max(x.shape) * min(3, 1)))
+example("math.sqrt(x.shape[-1])")(lambda x: x / math.sqrt(x.shape[-1]))
+example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
+example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
+example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))
+example("ks.index(3)")(lambda x: x * [1, 2, 3].index(3))
+
+
+@example("for i, t in enumerate(xs)")
+def ex_enumerate(x):
+    out = x
+    for i, t in enumerate([x, x]):
+        out = out + t * i
+    return out
+
+
+@example("while i < 4:")
+def ex_while(x):
+    i = 0
+    while i < 4:
+        i += 1
+        if i == 2:
+            continue
+        x = x * 2
+    return x
+
+
+@example("[[t * j for j in range(2)] for t in xs]")
+def ex_nested_comprehension(x):
+    rows = [[t * j for j in range(2)] for t in [x, x + 1]]
+    return torch.stack([torch.stack(r) for r in rows])
+
+
+@example('d[f"layer{i}"]')
+def ex_fstring(x):
+    d, i = {"layer1": 2.0}, 1
+    return x * d[f"layer{i}"] + len("{}-{}".format("a", "b").upper())
+
+
+@example("out.append(x * 2)")
+def ex_local_list(x):
+    out = [x]
+    out.append(x * 2)
+    out.extend([x * 3])
+    return torch.stack(out[1:]) * (1 if 2 in (1, 2) else 0) + {"a": 1}.get("b", 2)
+
+
+@example("(a, b), c = pair, x")
+def ex_nested_unpack(x):
+    pair = (x, x + 1)
+    (a, b), c = pair, x
+    a, b = b, a
+    return a * b - c * len([*pair, 3])
+
+
+@example("for k, v in d.items():")
+def ex_dict_items(x):
+    for k, v in {"a": 1.0, "b": 2.0}.items():
+        x = x * v
+    return x
+
+
+@example("enumerate(ks, start=1)")
+def ex_enumerate_start(x):
+    for i, k in enumerate([2.0, 3.0], start=1):
+        x = x + i * k
+    return x
+
+
+@example("{i % 3 for i in range(7)}")
+def ex_set_comprehension(x):
+    return x * len({i % 3 for i in range(7)})
+
+
+@example("isinstance(n, (int, float))", lambda: (torch.randn(4, 4), 3))
+def ex_isinstance_tuple(x, n):
+    return x * n if isinstance(n, (int, float)) else x
+
+
+@example("isinstance(x, torch.Tensor)")
+def ex_isinstance_tensor(x):
+    return x * 2 if isinstance(x, torch.Tensor) else x
+
+
+@example("[x] + [x * 2]")
+def ex_list_concat(x):
+    return torch.stack([x] + [x * 2])
+
+
+@example("a, *rest = xs")
+def ex_starred(x):
+    a, *rest = [x, x * 2, x * 3]
+    return a + rest[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Tensors
+# ---------------------------------------------------------------------------------------------
+
+example("F.gelu(torch.add(x, 1, alpha=2)).sum(dim=0)")(
+    lambda x: F.gelu(torch.add(x, 1, alpha=2)).sum(dim=0))
+example("torch.zeros(4) + torch.arange(4)")(lambda x: torch.zeros(4) + torch.arange(4) + x)
+example("x.shape[0] * x.ndim")(lambda x: x * (x.shape[0] * x.ndim))
+example("x.T * x.numel() if x.dtype == torch.float32 else x")(
+    lambda x: x.T * x.numel() if x.dtype == torch.float32 else x)
+example("torch.max(x, dim=0).values")(lambda x: torch.max(x, dim=0).values)
+example("x[..., None, ::2][idx]")(lambda x: x[..., None, ::2][torch.tensor([0, 2])])
+example("x.reshape(x.shape[:-1] + (2, -1))")(lambda x: x.reshape(x.shape[:-1] + (2, -1)))
+example("x[x > 0]")(lambda x: x[x > 0] * 2)
+example("x.reshape(-1, *x.shape[1:])")(lambda x: x.reshape(-1, *x.shape[1:]) * 2)
+example("s = x.sum().item()")(lambda x: x * x.sum().item())
+
+
+@example("y = x * 2; y += 1; y[0] = 0")
+def ex_inplace(x):
+    y = x * 2
+    y += 1
+    y[0] = 0
+    return y
+
+
+@example('inputs["x"] + pair[1]')
+def ex_inputs(x):
+    inputs, pair = {"x": x}, (x, x + 1)
+    return inputs["x"] + pair[1]
+
+
+@example("y[y < 0] = 0.0")
+def ex_mask_assign(x):
+    y = x.clone()
+    y[y < 0] = 0.0
+    y[1:, :2] = 1.0
+    return y
+
+
+@example("if x.sum() > 0:")
+def ex_branch(x):
+    if x.sum() > 0:
+        return x + 1
+    return x - 1
+
+
+@example("if s * 2 > 1:")
+def ex_number_branch(x):
+    s = x.sum().item()
+    if s * 2 > 1:
+        return x * 2
+    return x
+
+
+# ---------------------------------------------------------------------------------------------
+# Context managers
+# ---------------------------------------------------------------------------------------------
+
+@example("with torch.no_grad():")
+def ex_with(x):
+    y = x + 1
+    with torch.no_grad():
+        y = y * 2
+    return y
+
+
+@example("with torch.enable_grad():")
+def ex_enable_grad(x):
+    with torch.enable_grad():
+        y = x * 2
+    return y
+
+
+@example("with torch.inference_mode():")
+def ex_inference_mode(x):
+    with torch.inference_mode():
+        y = x * 2
+    return y
+
+
+@example('with torch.autocast("cpu", dtype=torch.bfloat16):')
+def ex_autocast(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = x @ x
+    return y.float()
+
+
+# ---------------------------------------------------------------------------------------------
+# Side effects
+# ---------------------------------------------------------------------------------------------
+
+@example("obj.attr = x")
+def ex_setattr(x):
+    y = x + 1
+    OBJ.attr = y
+    return y
+
+
+@example("self.running.mul_(0.9)")
+def ex_module_state(x):
+    NET.running.mul_(0.9)
+    NET.last = x.sum(0)
+    return x - NET.running
+
+
+@example("log.append(x)")
+def ex_append(x):
+    y = x + 1
+    LOG.append(y)
+    return y * 2
+
+
+@example('inputs["k"] = x')
+def ex_store_item(x):
+    y = x + 1
+    INPUTS["k"] = y
+    return y
+
+
+@example("del d[0]")
+def ex_del_item(x):
+    y = x + 1
+    TABLE[0] = 1
+    del TABLE[0]
+    return y
+
+
+@example("global count; count += 1")
+def ex_global(x):
+    global COUNT
+    y = x + 1
+    COUNT += 1
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Other
+# ---------------------------------------------------------------------------------------------
+
+@example("print(x.shape)")
+def ex_print(x):
+    print(x.shape)
+    return x + 1
+
+
+@example("for t in gen(x)")
+def ex_generator(x):
+    out = 0
+    for t in gen(x):
+        out = out + t
+    return out
+
+
+@example("raise ValueError()")
+def ex_raise(x):
+    y = x + 1
+    try:
+        raise ValueError()
+    except ValueError:
+        return y
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+# ---------------------------------------------------------------------------------------------
+
+def table_rows():
+    rows = []
+    for line in DOC.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or cells[0] in ("construct", "status", "---"):
+            continue
+        example_text = re.sub(r"^`|`$", "", cells[1])
+        if example_text:
+            rows.append((cells[0], example_text, cells[2]))
+    return rows
+
+
+def outcome(fn):
+    kinds = [(r["kind"], r["exit"]) for r in regions(fn)]
+    if any(kind == "fallback" or exit == "deopt" for kind, exit in kinds):
+        return "deopt"
+    if all(exit == "return" for _, exit in kinds):
+        return "graph"
+    return "break"
+
+
+@pytest.mark.parametrize("construct,example_text,status", table_rows(),
+                         ids=lambda v: str(v)[:30])
+def test_coverage_table_row(construct, example_text, status, capsys):  # capsys: quiet prints
+    fn, make = EXAMPLES[example_text]
+    compiled = framejit.compile(fn, backend=CompileCounter())
+    args = make()
+    out = compiled(*args)
+    assert regions(fn), "the example's frame was never traced"
+    assert outcome(fn) == status, [r["reason"] for r in regions(fn)]
+    if example_text not in UNREPEATABLE:
+        assert same(out, fn(*args))
+
+
+# Examples whose result depends on state their own call changes (a running buffer).
+UNREPEATABLE = {"self.running.mul_(0.9)"}
+
+
+def test_every_example_row_is_covered():
+    assert {example_text for _, example_text, _ in table_rows()} == set(EXAMPLES)
