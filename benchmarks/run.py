@@ -4,6 +4,10 @@ Run from the repository root:
 
     PYTHONPATH=python python3 benchmarks/run.py            # full run (~10-20 min on 2 cores)
     PYTHONPATH=python python3 benchmarks/run.py --quick    # smaller sizes, fewer repeats (<5 min)
+    PYTHONPATH=python python3 benchmarks/run.py --quick --only backends   # one section only
+
+With --only, the sections not run keep their tables from the previous results.json, marked with
+the date of the run that measured them.
 
 Everything runs side by side in this process (framejit, Dynamo with the same backends, eager),
 except the 5,000-op traces of the full run, which run in a child process killed after
@@ -26,12 +30,20 @@ What is measured
      tracemalloc (Python's allocators only), glibc mallinfo2 (C++ new, libtorch, large Python
      blocks) and RSS (everything, coarse); and a weakref check that input tensors are not kept
      alive by the compiled code.
+  4. End-to-end forward time per backend (under torch.no_grad(), models in eval mode): eager,
+     framejit backend="eager" and "native", torch.compile backend="eager" and "inductor", on the
+     same inputs: (a) 8 blocks of Linear(64,64)+LayerNorm+GELU at batch 1, (b) the zoo's GPT
+     block at batch 1, (c) a compute-bound MLP Linear(1024,4096)+GELU+Linear(4096,1024) at batch
+     64, (d) every model of tests/models/zoo.py at batch 2. µs per forward (min over interleaved
+     repeats), eager/native, native/framejit-eager, native/inductor, and whether each compiled
+     output matches eager (torch.allclose, rtol=1e-4, atol=1e-5).
 """
 import argparse
 import ctypes
 import dataclasses
 import datetime
 import gc
+import importlib.util
 import json
 import os
 import platform
@@ -48,7 +60,8 @@ import torch.nn as nn
 
 import framejit
 
-RESULTS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
 COMPILERS = ("framejit", "dynamo")
 
 # One cycle of the straight-line chain: (source line, tensor ops it records).
@@ -65,7 +78,10 @@ GOALS = {
     "tiny_vs_dynamo": 0.3,          # framejit / Dynamo, at most
     "precomputed_us": 5.0,          # framejit 100-param module, precomputed backend, µs at most
     "precomputed_vs_dynamo": 0.3,   # framejit / Dynamo, at most
+    "native_speedup": 1.5,          # eager µs / native µs on (a) and (b), at least
+    "native_compute_bound": 1.05,   # native µs / eager µs on (c), at most
 }
+SECTIONS = ("trace", "calls", "memory", "backends")
 
 
 # --------------------------------------------------------------------------------------------
@@ -303,17 +319,20 @@ def make_param_module(n_params=100, size=4):
     return module
 
 
-def interleaved_us_per_call(callables, arg, repeats):
+def interleaved_us_per_call(callables, arg, repeats, unpack=False):
     """µs per call of each callable: min over `repeats` short rounds (~20 ms each), candidates
     interleaved, so that load from other processes hits them alike and quiet moments are
-    caught by every candidate."""
-    timers = {name: timeit.Timer("fn(x)", globals={"fn": fn, "x": arg})
+    caught by every candidate; the order rotates each round, so that no candidate always runs
+    right after the same other one. unpack: `arg` is a tuple of arguments (fn(*arg))."""
+    statement = "fn(*x)" if unpack else "fn(x)"
+    timers = {name: timeit.Timer(statement, globals={"fn": fn, "x": arg})
               for name, fn in callables.items()}
     numbers = {name: max(1, timer.autorange()[0] // 10) for name, timer in timers.items()}
     best = {name: float("inf") for name in timers}
-    for _ in range(repeats):
-        for name, timer in timers.items():
-            best[name] = min(best[name], timer.timeit(numbers[name]) / numbers[name] * 1e6)
+    names = list(timers)
+    for i in range(repeats):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            best[name] = min(best[name], timers[name].timeit(numbers[name]) / numbers[name] * 1e6)
     return best
 
 
@@ -504,26 +523,235 @@ def memory_tables(memory):
 
 
 # --------------------------------------------------------------------------------------------
+# Section 4: end-to-end forward time per backend
+# --------------------------------------------------------------------------------------------
+
+# (key, compiler, backend, label): compiler None is the model called directly (eager).
+BACKEND_COLUMNS = (
+    ("eager", None, None, "eager"),
+    ("framejit_eager", "framejit", "eager", "framejit eager"),
+    ("framejit_native", "framejit", "native", "framejit native"),
+    ("dynamo_eager", "dynamo", "eager", "torch.compile eager"),
+    ("dynamo_inductor", "dynamo", "inductor", "torch.compile inductor"),
+)
+ZOO_PATH = os.path.join(REPO_ROOT, "tests", "models", "zoo.py")
+ZOO_BATCH = 2
+COMPUTE_BATCH = 64   # (c): ~12-20 ms per forward on the 2-core development machine
+RTOL, ATOL = 1e-4, 1e-5
+
+
+class LinearNormBlocks(nn.Module):
+    """(a) n_blocks blocks of Linear(d, d) + LayerNorm(d) + GELU: many small ops."""
+
+    def __init__(self, n_blocks=8, d=64):
+        super().__init__()
+        self.blocks = nn.Sequential(*[nn.Sequential(nn.Linear(d, d), nn.LayerNorm(d), nn.GELU())
+                                      for _ in range(n_blocks)])
+
+    def forward(self, x):
+        return self.blocks(x)
+
+
+class WideMLP(nn.Module):
+    """(c) Linear(1024, 4096) + GELU + Linear(4096, 1024): the matmuls dominate."""
+
+    def __init__(self, d=1024, hidden=4096):
+        super().__init__()
+        self.up = nn.Linear(d, hidden)
+        self.down = nn.Linear(hidden, d)
+
+    def forward(self, x):
+        return self.down(torch.nn.functional.gelu(self.up(x)))
+
+
+def load_zoo():
+    """tests/models/zoo.py as a module (tests/ is not a package on the path)."""
+    spec = importlib.util.spec_from_file_location("framejit_benchmark_zoo", ZOO_PATH)
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    return zoo
+
+
+def backend_cases():
+    """(case, goal, model class, inputs factory); goal names the goal the case counts for."""
+    zoo = load_zoo()
+    cases = [
+        ("(a) 8 x [Linear(64,64) + LayerNorm + GELU], batch 1", "native_speedup",
+         LinearNormBlocks, lambda: (torch.randn(1, 64),)),
+        ("(b) zoo GPTBlock, batch 1", "native_speedup", zoo.GPTBlock,
+         lambda: zoo.GPTBlock.example(1)),
+        (f"(c) MLP Linear(1024,4096) + GELU + Linear(4096,1024), batch {COMPUTE_BATCH}",
+         "native_compute_bound", WideMLP, lambda: (torch.randn(COMPUTE_BATCH, 1024),)),
+    ]
+    cases += [(f"(d) zoo {name}, batch {ZOO_BATCH}", None, cls,
+               lambda cls=cls: cls.example(ZOO_BATCH)) for name, cls in zoo.ZOO.items()]
+    return cases
+
+
+@dataclasses.dataclass
+class BackendResult:
+    case: str
+    goal: str = None     # the GOALS key this case counts for, if any
+    us: dict = dataclasses.field(default_factory=dict)       # column -> µs per forward
+    correct: dict = dataclasses.field(default_factory=dict)  # column -> output matches eager
+    notes: dict = dataclasses.field(default_factory=dict)    # column -> why it failed
+
+    @property
+    def eager_vs_native(self):
+        return ratio(self.us.get("eager"), self.us.get("framejit_native"))
+
+    @property
+    def native_vs_framejit_eager(self):
+        return ratio(self.us.get("framejit_native"), self.us.get("framejit_eager"))
+
+    @property
+    def native_vs_inductor(self):
+        return ratio(self.us.get("framejit_native"), self.us.get("dynamo_inductor"))
+
+
+def same_outputs(actual, expected):
+    """Same structure, every tensor allclose (rtol=1e-4, atol=1e-5), other leaves equal."""
+    actual_leaves, actual_spec = torch.utils._pytree.tree_flatten(actual)
+    expected_leaves, expected_spec = torch.utils._pytree.tree_flatten(expected)
+    if actual_spec != expected_spec:
+        return False
+    try:
+        return all(bool(torch.allclose(a, e, rtol=RTOL, atol=ATOL))
+                   if isinstance(e, torch.Tensor) else a == e
+                   for a, e in zip(actual_leaves, expected_leaves))
+    except Exception:  # noqa: BLE001  (a wrong type, shape or dtype is a mismatch)
+        return False
+
+
+def failure_text(error):
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0][:160] if lines else ''}"
+
+
+def measure_backends(case, goal, model_class, make_inputs, repeats):
+    """Every column on the same model and inputs: compile and warm up (first call compiles),
+    check the outputs of both warm-up calls against eager, then time them interleaved."""
+    reset_compilers()
+    torch.manual_seed(0)
+    model = model_class().eval()
+    args = make_inputs()
+    result = BackendResult(case, goal)
+    with torch.no_grad():
+        expected = model(*args)
+        callables = {"eager": model}
+        for key, compiler, backend, _ in BACKEND_COLUMNS[1:]:
+            try:
+                compiled = compile_with(compiler, model, backend)
+                first = compiled(*args)    # compiles
+                second = compiled(*args)   # the cached path, as timed
+            except Exception as e:  # noqa: BLE001  (a failing compiler is a result)
+                result.notes[key] = failure_text(e)
+                continue
+            result.correct[key] = same_outputs(first, expected) and same_outputs(second, expected)
+            callables[key] = compiled
+        try:
+            result.us = interleaved_us_per_call(callables, args, repeats, unpack=True)
+        except Exception:  # noqa: BLE001  (one failed while timing: time them one by one)
+            for key, fn in callables.items():
+                try:
+                    result.us.update(interleaved_us_per_call({key: fn}, args, repeats, True))
+                except Exception as e:  # noqa: BLE001
+                    result.notes[key] = "while timing: " + failure_text(e)
+    del callables, model
+    reset_compilers()
+    return result
+
+
+def run_backend_section(args):
+    repeats = 20 if args.quick else 60
+    results = []
+    for case, goal, model_class, make_inputs in backend_cases():
+        print(f"  backends: {case} ...", flush=True)
+        results.append(measure_backends(case, goal, model_class, make_inputs, repeats))
+    return results
+
+
+def backend_goal(results):
+    """(met: True/False/None, text) for the native-backend goal, computed from this run."""
+    speedups = [(r.case[:3], r.eager_vs_native) for r in results if r.goal == "native_speedup"]
+    compute = [(r.case[:3], ratio(r.us.get("framejit_native"), r.us.get("eager")))
+               for r in results if r.goal == "native_compute_bound"]
+    if not speedups and not compute:
+        return None, "not measured"
+    checks = [value is not None and value >= GOALS["native_speedup"] for _, value in speedups]
+    checks += [value is not None and value <= GOALS["native_compute_bound"] for _, value in compute]
+    parts = [f"{label} eager/native {fmt(value)}" for label, value in speedups]
+    parts += [f"{label} native/eager {fmt(value)}" for label, value in compute]
+    return all(checks), ", ".join(parts)
+
+
+def backend_header(results):
+    met, detail = backend_goal(results)
+    status = {True: "**met**", False: "**not met**", None: "not measured"}[met]
+    return (f"Goal: native at least {GOALS['native_speedup']:g}x faster than eager on (a) and "
+            f"(b), and at most {(GOALS['native_compute_bound'] - 1) * 100:.0f}% slower than "
+            f"eager on (c). In this run: {status} ({detail}).\n\n"
+            "µs per forward under torch.no_grad(), models in eval mode, all columns on the same "
+            "inputs in one process; each compiled callable called twice before timing (the first "
+            "call compiles); min over interleaved timeit rounds of ~20 ms. \"matches eager\": "
+            f"both warm-up outputs allclose to eager's (rtol={RTOL:g}, atol={ATOL:g}).\n")
+
+
+def backend_table(results):
+    def us_cell(r, key):
+        return "failed" if key in r.notes else fmt(r.us.get(key))
+
+    def match_cell(r, key):
+        if key in r.notes and key not in r.correct:
+            return "failed"
+        return {True: "yes", False: "**NO**", None: "-"}[r.correct.get(key)]
+
+    compiled = BACKEND_COLUMNS[1:]
+    rows = [[r.case] + [us_cell(r, key) for key, *_ in BACKEND_COLUMNS]
+            + [fmt(r.eager_vs_native), fmt(r.native_vs_framejit_eager), fmt(r.native_vs_inductor),
+               " / ".join(match_cell(r, key) for key, *_ in compiled)]
+            for r in results]
+    headers = (["case"] + [f"{label} µs" for *_, label in BACKEND_COLUMNS]
+               + ["eager / native", "native / framejit eager", "native / inductor",
+                  "matches eager (" + " / ".join(label for *_, label in compiled) + ")"])
+    notes = [f"- {r.case}, {label}: {r.notes[key]}" for r in results
+             for key, *_, label in BACKEND_COLUMNS if key in r.notes]
+    return markdown_table(headers, rows) + ("\n\n" + "\n".join(notes) if notes else "")
+
+
+# --------------------------------------------------------------------------------------------
 # Goals, report, plot
 # --------------------------------------------------------------------------------------------
 
-def goal_rows(trace, calls):
+def goal_rows(results):
+    """The goals table over the sections in `results` (section name -> its results)."""
     rows = []
-    for case, size in dict.fromkeys((r.case, r.size) for r in trace):
+    trace, calls, backends = (results.get(name) for name in ("trace", "calls", "backends"))
+    for case, size in dict.fromkeys((r.case, r.size) for r in trace or ()):
         fj, dyn = [next(r for r in trace if (r.case, r.size, r.compiler) == (case, size, c))
                    for c in COMPILERS]
         speedup = ratio(dyn.us_per_op, fj.us_per_op)
         rows.append([f"trace {case} {size:,}: Dynamo/framejit per op ≥ {GOALS['trace_speedup']:g}x",
                      fmt(speedup), verdict(speedup, GOALS["trace_speedup"], at_least=True)])
-    tiny, precomputed = calls[0], calls[2]
-    for label, value, goal in [
-        ("tiny call: framejit / eager", tiny.framejit_vs_eager, "tiny_vs_eager"),
-        ("tiny call: framejit / Dynamo", tiny.framejit_vs_dynamo, "tiny_vs_dynamo"),
-        ("100-param precomputed: framejit µs", precomputed.framejit_us, "precomputed_us"),
-        ("100-param precomputed: framejit / Dynamo", precomputed.framejit_vs_dynamo,
-         "precomputed_vs_dynamo"),
-    ]:
-        rows.append([f"{label} ≤ {GOALS[goal]:g}", fmt(value), verdict(value, GOALS[goal])])
+    if calls:
+        tiny, precomputed = calls[0], calls[2]
+        for label, value, goal in [
+            ("tiny call: framejit / eager", tiny.framejit_vs_eager, "tiny_vs_eager"),
+            ("tiny call: framejit / Dynamo", tiny.framejit_vs_dynamo, "tiny_vs_dynamo"),
+            ("100-param precomputed: framejit µs", precomputed.framejit_us, "precomputed_us"),
+            ("100-param precomputed: framejit / Dynamo", precomputed.framejit_vs_dynamo,
+             "precomputed_vs_dynamo"),
+        ]:
+            rows.append([f"{label} ≤ {GOALS[goal]:g}", fmt(value), verdict(value, GOALS[goal])])
+    for r in backends or ():
+        if r.goal == "native_speedup":
+            value = r.eager_vs_native
+            rows.append([f"{r.case[:3]} native: eager / native ≥ {GOALS[r.goal]:g}x", fmt(value),
+                         verdict(value, GOALS[r.goal], at_least=True)])
+        elif r.goal == "native_compute_bound":
+            value = ratio(r.us.get("framejit_native"), r.us.get("eager"))
+            rows.append([f"{r.case[:3]} native: native / eager ≤ {GOALS[r.goal]:g}", fmt(value),
+                         verdict(value, GOALS[r.goal])])
     return markdown_table(["goal", "now", "status"], rows)
 
 
@@ -569,28 +797,95 @@ def trace_method(args):
             "FX graphs the backend received.\n")
 
 
-def write_report(args, env, trace, calls, memory, elapsed_s, png_note):
+SECTION_TITLES = {
+    "trace": "1. Front-end trace + compile time (pass-through backend)",
+    "calls": "2. Per-call overhead (cached path, torch.no_grad())",
+    "memory": "3. Memory",
+    "backends": "4. End-to-end forward time per backend",
+}
+
+
+def section_text(name, data, args):
+    """A section's text in results.md; args: the options of the run that measured it."""
+    if name == "trace":
+        return trace_method(args) + "\n" + trace_table(data)
+    if name == "calls":
+        return call_table(data)
+    if name == "memory":
+        return memory_tables(data)
+    return backend_header(data) + "\n" + backend_table(data)
+
+
+def section_json(name, data):
+    if name == "trace":
+        return [dict(dataclasses.asdict(r), us_per_op=r.us_per_op) for r in data]
+    if name == "calls":
+        return [dataclasses.asdict(r) for r in data]
+    if name == "backends":
+        return [dict(dataclasses.asdict(r), eager_vs_native=r.eager_vs_native,
+                     native_vs_framejit_eager=r.native_vs_framejit_eager,
+                     native_vs_inductor=r.native_vs_inductor) for r in data]
+    return data
+
+
+def section_from_json(name, raw):
+    def build(cls, row):
+        names = {field.name for field in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in row.items() if key in names})
+    cls = {"trace": TraceResult, "calls": CallResult, "backends": BackendResult}.get(name)
+    return raw if cls is None else [build(cls, row) for row in raw]
+
+
+def previous_sections(names):
+    """Sections `names` of the last results.json, as (results, runs): a run with --only keeps
+    the other sections' tables, marked with the date of the run that measured them."""
+    try:
+        with open(os.path.join(RESULTS_DIR, "results.json")) as saved:
+            old = json.load(saved)
+        default_run = {"date": old["env"]["date"], "quick": old.get("quick", False)}
+        results, runs = {}, {}
+        for name in names:
+            if old.get(name) is not None:
+                results[name] = section_from_json(name, old[name])
+                runs[name] = old.get("section_runs", {}).get(name, default_run)
+        return results, runs
+    except (OSError, ValueError, KeyError, TypeError):  # no usable earlier results
+        return {}, {}
+
+
+def write_report(args, env, results, runs, elapsed_s, png_note):
+    """results: section name -> results; runs: section name -> {"date", "quick"} of the run
+    that measured it (this one, or an earlier one when --only skipped the section)."""
+    command = ("PYTHONPATH=python python3 benchmarks/run.py" + (" --quick" if args.quick else "")
+               + (f" --only {' '.join(args.only)}" if args.only else ""))
     sections = [
         "# framejit benchmarks\n",
-        f"`PYTHONPATH=python python3 benchmarks/run.py{' --quick' if args.quick else ''}` "
-        f"(took {elapsed_s / 60:.1f} min). See benchmarks/README.md for what each section "
-        "measures.\n",
+        f"`{command}` (took {elapsed_s / 60:.1f} min). See benchmarks/README.md for what each "
+        "section measures.\n",
         "\n".join(f"- {key}: {value}" for key, value in env.items()),
-        "\n## Goals\n", goal_rows(trace, calls),
-        "\n## 1. Front-end trace + compile time (pass-through backend)\n",
-        trace_method(args),
-        trace_table(trace),
-        "\n## 2. Per-call overhead (cached path, torch.no_grad())\n", call_table(calls),
-        "\n## 3. Memory\n", memory_tables(memory),
+        "\n## Goals\n", goal_rows(results),
     ]
+    earlier = [name for name in results if runs[name]["date"] != env["date"]]
+    if earlier:
+        sections.append("\nNot rerun by this command (`--only`), so their goal rows come from "
+                        "earlier runs (dates in their sections): " + ", ".join(earlier) + ".")
+    for name in SECTIONS:
+        sections.append(f"\n## {SECTION_TITLES[name]}\n")
+        if name not in results:
+            sections.append("Not run.")
+            continue
+        if runs[name]["date"] != env["date"]:
+            sections.append(f"(Not rerun: from the run of {runs[name]['date']}"
+                            f"{', --quick' if runs[name].get('quick') else ''}.)\n")
+        measured_with = argparse.Namespace(quick=runs[name].get("quick", False), cap=args.cap)
+        sections.append(section_text(name, results[name], measured_with))
     if png_note:
         sections.append(f"\n{png_note}\n")
     text = "\n".join(sections) + "\n"
     with open(os.path.join(RESULTS_DIR, "results.md"), "w") as out:
         out.write(text)
-    raw = {"env": env, "quick": args.quick,
-           "trace": [dict(dataclasses.asdict(r), us_per_op=r.us_per_op) for r in trace],
-           "calls": [dataclasses.asdict(r) for r in calls], "memory": memory}
+    raw = {"env": env, "quick": args.quick, "section_runs": runs}
+    raw.update({name: section_json(name, data) for name, data in results.items()})
     with open(os.path.join(RESULTS_DIR, "results.json"), "w") as out:
         json.dump(raw, out, indent=1)
 
@@ -638,6 +933,9 @@ def plot(trace, calls):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repeats")
+    parser.add_argument("--only", nargs="+", choices=SECTIONS, metavar="SECTION",
+                        help=f"run only these sections ({', '.join(SECTIONS)}); the others keep "
+                             "their tables from the previous results.json")
     parser.add_argument("--cap", type=float, default=180.0,
                         help="seconds allowed to each 5,000-op trace (full run only)")
     parser.add_argument("--child-trace", nargs=3, metavar=("COMPILER", "CASE", "SIZE"),
@@ -651,26 +949,38 @@ def main():
     env = environment()
     print("\n".join(f"{key}: {value}" for key, value in env.items()), flush=True)
 
-    print("\n== 1. Front-end trace + compile time ==", flush=True)
-    trace = run_trace_section(args)
-    print(trace_table(trace), flush=True)
-    print("\n== 2. Per-call overhead ==", flush=True)
-    calls = run_call_section(args)
-    print(call_table(calls), flush=True)
-    print("\n== 3. Memory ==", flush=True)
-    memory = run_memory_section(args)
-    print(memory_tables(memory), flush=True)
-    print("\n== Goals ==\n" + goal_rows(trace, calls), flush=True)
+    selected = [name for name in SECTIONS if args.only is None or name in args.only]
+    runners = {
+        "trace": (run_trace_section, lambda data: trace_table(data)),
+        "calls": (run_call_section, call_table),
+        "memory": (run_memory_section, memory_tables),
+        "backends": (run_backend_section,
+                     lambda data: backend_header(data) + "\n" + backend_table(data)),
+    }
+    results, runs = {}, {}
+    for name in selected:
+        run_section, table = runners[name]
+        print(f"\n== {SECTION_TITLES[name]} ==", flush=True)
+        results[name] = run_section(args)
+        runs[name] = {"date": env["date"], "quick": args.quick}
+        print(table(results[name]), flush=True)
+    if args.only:
+        kept, kept_runs = previous_sections([name for name in SECTIONS if name not in selected])
+        results.update(kept)
+        runs.update(kept_runs)
+    print("\n== Goals ==\n" + goal_rows(results), flush=True)
 
     env["load average at end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
     if build_time() != env["framejit _C built"]:
         env["WARNING"] = (f"framejit's _C was rebuilt during the run (now {build_time()}); this "
                           "process kept the old build, child processes may have loaded the new one")
         print(env["WARNING"])
-    png_note = plot(trace, calls)
+    png_note = ""
+    if "trace" in results and "calls" in results:
+        png_note = plot(results["trace"], results["calls"])
     if png_note:
         print(png_note)
-    write_report(args, env, trace, calls, memory, time.perf_counter() - started, png_note)
+    write_report(args, env, results, runs, time.perf_counter() - started, png_note)
     print(f"\nwrote {RESULTS_DIR}/results.md ({time.perf_counter() - started:.0f} s)")
 
 

@@ -1,0 +1,309 @@
+"""Feature tests for side effects: list appends and item stores on input containers and globals,
+attribute writes on objects and modules, global rebinding and buffer updates. Each case runs
+compiled next to eager on separate but identical state, twice (the state carries over from the
+first call to the second, as it would in a program), and after every call compares the result
+and the mutated state with eager's: a side effect must happen, once, in the same order, and
+not be lost when framejit breaks or falls back. The graph count is held to an exact number."""
+import pytest
+import torch
+import torch.nn as nn
+
+import framejit
+from feature_checks import describe, tensor_flags, rand, region_exits
+from framejit.testing import CompileCounter, same
+
+ONE = {"return"}  # one region that runs to the return: no break
+CALL = {"call", "return"}  # the runtime performs the call (append, print, ...) itself
+DEOPT = {"deopt"}  # CPython runs the frame from the side effect on
+
+
+class Record:
+    def __init__(self):
+        self.hits = 0
+        self.last = None
+
+
+class Cached(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.calls = 0
+        self.register_buffer("running", torch.zeros(4))
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def snapshot(value):
+    """A copy of a container or object's attributes, to compare eager's state with framejit's."""
+    if isinstance(value, list):
+        return [snapshot(v) for v in value]
+    if isinstance(value, dict):
+        return {k: snapshot(v) for k, v in value.items()}
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, nn.Module):
+        return {"attrs": snapshot({k: v for k, v in vars(value).items() if not k.startswith("_")}),
+                "state": snapshot(dict(value.state_dict()))}
+    if isinstance(value, Record):
+        return snapshot(vars(value))
+    return value
+
+
+def check_effect(fn, make_state, graphs, exits):
+    """make_state() builds the arguments; one set runs eager and one compiled, twice. graphs is
+    the pair of graph counts after the first and after the second call: the state the second
+    call sees differs (a longer list, a larger counter), which may compile again."""
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    eager_state, state = make_state(), make_state()
+    for call in (1, 2):
+        x = rand(2, 4, seed=call)
+        expected = fn(x.clone(), *eager_state)
+        out = compiled(x.clone(), *state)
+        assert same(out, expected) and tensor_flags(out) == tensor_flags(expected), (
+            f"call {call}: result differs from eager\n{describe(fn)}")
+        assert same(snapshot(list(state)), snapshot(list(eager_state))), (
+            f"call {call}: state after the call differs from eager\ncompiled: {state!r}\n"
+            f"eager: {eager_state!r}\n{describe(fn)}")
+        assert counter.frame_count == graphs[call - 1], (
+            f"call {call}: {counter.frame_count} graphs, expected {graphs[call - 1]}\n"
+            f"{describe(fn)}")
+    assert region_exits(fn) == exits, describe(fn)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input containers
+# ---------------------------------------------------------------------------------------------
+
+def append_to_input_list(x, out):
+    out.append(x * 2)
+    return x + 1
+
+
+def extend_input_list(x, out):
+    out.extend([x, x * 2])
+    return x + 1
+
+
+def item_store_into_input_list(x, out):
+    out[0] = x * 3
+    return x + 1
+
+
+def pop_from_input_list(x, out):
+    last = out.pop()
+    return x + len(out), last
+
+
+def store_into_input_dict(x, d):
+    d["y"] = x * 2
+    return x + 1
+
+
+def update_input_dict(x, d):
+    d.update(y=x * 2, n=len(d))
+    return x + 1
+
+
+def delete_from_input_dict(x, d):
+    del d[len(d) - 1]
+    return x + len(d)
+
+
+def append_in_callee(x, out):
+    record_into(out, x * 2)
+    return x + 1
+
+
+def record_into(out, t):
+    out.append(t)
+
+
+def append_then_read_length(x, out):
+    out.append(x)
+    return x * len(out)
+
+
+def appends_in_order_around_ops(x, out):
+    out.append("start")
+    y = x * 2
+    out.append(y)
+    out.append("end")
+    return y + 1
+
+
+def append_print_append(x, out):
+    out.append(x + 1)
+    print("between the appends")
+    out.append(x + 2)
+    return x * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Objects and modules
+# ---------------------------------------------------------------------------------------------
+
+def attribute_write_on_argument(x, rec):
+    rec.last = x * 2
+    return x + 1
+
+
+def attribute_increment_on_argument(x, rec):
+    rec.hits += 1
+    return x * rec.hits
+
+
+def setattr_builtin(x, rec):
+    setattr(rec, "last", x - 1)
+    return x + 1
+
+
+def attribute_write_then_read(x, rec):
+    rec.last = x * 2
+    return rec.last + 1
+
+
+def module_attribute_write(x, mod):
+    y = mod(x)
+    mod.cache = y
+    return y + 1
+
+
+def module_counter_increment(x, mod):
+    mod.calls += 1
+    return mod(x) * mod.calls
+
+
+def module_buffer_updated_in_place(x, mod):
+    mod.running.mul_(0.9).add_(x.mean(0) * 0.1)
+    return mod(x) - mod.running
+
+
+# ---------------------------------------------------------------------------------------------
+# Globals
+# ---------------------------------------------------------------------------------------------
+
+LOG = []
+REGISTRY = {}
+RECORD = Record()
+COUNT = 0
+
+
+def append_to_global_list(x):
+    LOG.append(x * 2)
+    return x + 1
+
+
+def store_into_global_dict(x):
+    REGISTRY[f"k{len(REGISTRY)}"] = x * 2
+    return x + 1
+
+
+def attribute_write_on_global_object(x):
+    RECORD.last = x + 1
+    RECORD.hits += 1
+    return x * 2
+
+
+def rebind_global_counter(x):
+    global COUNT
+    COUNT += 1
+    return x * COUNT
+
+
+EFFECT_CASES = [
+    # (function, make its state arguments, graphs after calls 1 and 2, region exits)
+    # list.append/extend/pop and dict.update on inputs: the runtime calls them; the
+    # container's new length is guarded, so the next region compiles again on the second call
+    (append_to_input_list, lambda: ([],), (2, 3), CALL),
+    (extend_input_list, lambda: ([],), (2, 3), CALL),
+    # item stores and del on inputs deopt at the store
+    (item_store_into_input_list, lambda: ([torch.zeros(2, 4)],), (1, 1), DEOPT),
+    (pop_from_input_list, lambda: ([1, 2, 3],), (1, 2), CALL),
+    (store_into_input_dict, lambda: ({},), (1, 1), DEOPT),
+    (update_input_dict, lambda: ({"a": 1},), (2, 3), CALL),
+    (delete_from_input_dict, lambda: ({0: "a", 1: "b", 2: "c"},), (0, 0), DEOPT),
+    (append_in_callee, lambda: ([],), (2, 3), CALL),
+    (append_then_read_length, lambda: ([],), (1, 2), CALL),
+    (appends_in_order_around_ops, lambda: ([],), (2, 3), CALL),
+    (append_print_append, lambda: ([],), (3, 5), CALL),
+    # attribute writes are recorded and replayed at the region's exit
+    (attribute_write_on_argument, lambda: (Record(),), (1, 1), ONE),
+    # the int attribute is guarded as a constant: its new value compiles again
+    (attribute_increment_on_argument, lambda: (Record(),), (1, 2), ONE),
+    # setattr() is a call the runtime performs
+    (setattr_builtin, lambda: (Record(),), (2, 2), CALL),
+    (attribute_write_then_read, lambda: (Record(),), (1, 1), ONE),
+    (module_attribute_write, lambda: (Cached(),), (1, 1), ONE),
+    (module_counter_increment, lambda: (Cached(),), (1, 2), ONE),
+    (module_buffer_updated_in_place, lambda: (Cached(),), (1, 1), ONE),
+]
+
+
+@pytest.mark.parametrize("fn,make_state,graphs,exits", EFFECT_CASES,
+                         ids=[c[0].__name__ for c in EFFECT_CASES])
+def test_side_effect_on_arguments(fn, make_state, graphs, exits, capsys):
+    torch.manual_seed(0)  # Cached() instances start with equal weights
+    check_effect(fn, _seeded(make_state), graphs, exits)
+
+
+def _seeded(make_state):
+    def make():
+        torch.manual_seed(0)
+        return make_state()
+    return make
+
+
+def _global_state():
+    return {"LOG": snapshot(LOG), "REGISTRY": snapshot(REGISTRY), "RECORD": snapshot(RECORD),
+            "COUNT": COUNT}
+
+
+def _set_global_state(state):
+    global COUNT
+    LOG[:] = [v.clone() if isinstance(v, torch.Tensor) else v for v in state["LOG"]]
+    REGISTRY.clear()
+    REGISTRY.update({k: v.clone() for k, v in state["REGISTRY"].items()})
+    vars(RECORD).clear()
+    vars(RECORD).update(snapshot(state["RECORD"]))
+    COUNT = state["COUNT"]
+
+
+GLOBAL_CASES = [
+    # (function, graphs after calls 1 and 2, region exits)
+    (append_to_global_list, (2, 3), CALL),
+    # an item store into a global dict deopts
+    (store_into_global_dict, (1, 2), DEOPT),
+    (attribute_write_on_global_object, (1, 2), ONE),
+    # STORE_GLOBAL deopts: CPython runs the frame
+    (rebind_global_counter, (0, 0), DEOPT),
+]
+
+
+@pytest.mark.parametrize("fn,graphs,exits", GLOBAL_CASES, ids=[c[0].__name__ for c in GLOBAL_CASES])
+def test_side_effect_on_globals(fn, graphs, exits):
+    # Eager and compiled run from the same global state, kept in place (the same list, dict and
+    # object, so guards on them hold); the state after each is compared, then carried on.
+    _set_global_state({"LOG": [], "REGISTRY": {}, "RECORD": {"hits": 0, "last": None}, "COUNT": 0})
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    try:
+        for call in (1, 2):
+            before = _global_state()
+            x = rand(2, 4, seed=call)
+            expected = fn(x.clone())
+            after_eager = _global_state()
+            _set_global_state(before)
+            out = compiled(x.clone())
+            assert same(out, expected), f"call {call}: result differs\n{describe(fn)}"
+            assert same(_global_state(), after_eager), (
+                f"call {call}: globals differ from eager\ncompiled: {_global_state()!r}\n"
+                f"eager: {after_eager!r}\n{describe(fn)}")
+            assert counter.frame_count == graphs[call - 1], (
+                f"call {call}: {counter.frame_count} graphs, expected {graphs[call - 1]}\n"
+                f"{describe(fn)}")
+        assert region_exits(fn) == exits, describe(fn)
+    finally:
+        _set_global_state({"LOG": [], "REGISTRY": {}, "RECORD": {"hits": 0, "last": None},
+                           "COUNT": 0})
