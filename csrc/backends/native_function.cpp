@@ -74,6 +74,33 @@ struct ProgramBuilder {
     program->add_call(op, std::move(operands), std::move(outputs), std::move(unpack));
   }
 
+  // A Python callable as one instruction (a generated kernel's launcher): called with the
+  // registers' values, it returns `num_outputs` tensors (a tuple, or the tensor when one).
+  void add_python_call(const std::string& name, py::object fn, const std::vector<int>& arg_regs,
+                       std::vector<int> outputs) {
+    std::vector<Operand> operands;
+    for (int reg : arg_regs) operands.push_back(Operand::reg_of(reg));
+    const size_t num_outputs = outputs.size();
+    auto holder = std::make_shared<py::object>(std::move(fn));
+    BoxedCall call = [holder, num_outputs](torch::jit::Stack& stack) {
+      py::gil_scoped_acquire gil;  // held already on framejit's call path; reentrant
+      py::tuple args(stack.size());
+      for (size_t i = 0; i < stack.size(); ++i) args[i] = torch::jit::toPyObject(std::move(stack[i]));
+      stack.clear();
+      py::object out = (*holder)(*args);
+      if (num_outputs == 1 && THPVariable_Check(out.ptr())) {
+        stack.emplace_back(THPVariable_Unpack(out.ptr()));
+        return;
+      }
+      for (const py::handle& item : out.cast<py::tuple>()) {
+        TORCH_CHECK(THPVariable_Check(item.ptr()), "framejit native: a Python call returned a ",
+                    Py_TYPE(item.ptr())->tp_name, ", expected tensors");
+        stack.emplace_back(THPVariable_Unpack(item.ptr()));
+      }
+    };
+    program->add_boxed_call(name, std::move(call), std::move(operands), std::move(outputs));
+  }
+
   void set_outputs(const py::list& outputs) {
     std::vector<Operand> operands;
     for (const py::handle& out : outputs) operands.push_back(operand_from_py(out, c10::AnyType::get()));
@@ -268,6 +295,8 @@ void register_native(py::module_& m) {
       .def("new_register", [](ProgramBuilder& b) { return b.program->new_register(); })
       .def("add_call", &ProgramBuilder::add_call, py::arg("name"), py::arg("overload"),
            py::arg("args"), py::arg("outputs"), py::arg("unpack") = std::vector<int>{})
+      .def("add_python_call", &ProgramBuilder::add_python_call, py::arg("name"), py::arg("fn"),
+           py::arg("args"), py::arg("outputs"))
       .def("set_outputs", &ProgramBuilder::set_outputs)
       .def("finish", [](ProgramBuilder& b) { b.program->finish(); })
       .def("text", [](ProgramBuilder& b, const std::string& name) { return b.program->to_string(name); },

@@ -54,7 +54,24 @@ void Program::add_call(const c10::OperatorHandle& op, std::vector<Operand> args,
                     schema.returns()[0].type()->kind() == c10::TypeKind::ListType,
                 "framejit native: only an op returning one list can be unpacked");
   }
-  instructions_.push_back(Instruction{op, std::move(args), std::move(outputs), std::move(unpack), {}});
+  Instruction instr;
+  instr.op = op;
+  instr.args = std::move(args);
+  instr.outputs = std::move(outputs);
+  instr.unpack = std::move(unpack);
+  instructions_.push_back(std::move(instr));
+}
+
+void Program::add_boxed_call(std::string name, BoxedCall call, std::vector<Operand> args,
+                             std::vector<int> outputs) {
+  TORCH_CHECK(!finished_, "framejit native: add_boxed_call after finish");
+  TORCH_CHECK(call, "framejit native: empty call for ", name);
+  Instruction instr;
+  instr.call = std::move(call);
+  instr.call_name = std::move(name);
+  instr.args = std::move(args);
+  instr.outputs = std::move(outputs);
+  instructions_.push_back(std::move(instr));
 }
 
 namespace {
@@ -129,7 +146,13 @@ std::vector<c10::IValue> Program::run(std::vector<c10::IValue> inputs) const {
     stack.clear();
     stack.reserve(instr.args.size());
     for (const Operand& arg : instr.args) push_operand(arg, registers, stack);
-    instr.op.callBoxed(stack);
+    if (instr.op) {
+      instr.op->callBoxed(stack);
+    } else {
+      instr.call(stack);
+      TORCH_CHECK(stack.size() == instr.outputs.size(), "framejit native: ", instr.call_name,
+                  " returned ", stack.size(), " values, expected ", instr.outputs.size());
+    }
     if (!instr.unpack.empty()) {
       c10::List<c10::IValue> list = stack[0].toList();
       for (size_t i = 0; i < instr.unpack.size() && i < list.size(); ++i) {
@@ -245,7 +268,16 @@ std::string Program::to_string(const std::string& name) const {
       }
       out << " = ";
     }
-    const c10::FunctionSchema& schema = instr.op.schema();
+    if (!instr.op) {
+      out << instr.call_name << '(';
+      for (size_t i = 0; i < instr.args.size(); ++i) {
+        if (i) out << ", ";
+        print_operand(out, instr.args[i], c10::AnyType::get());
+      }
+      out << ")\n";
+      continue;
+    }
+    const c10::FunctionSchema& schema = instr.op->schema();
     out << schema.name();
     if (!schema.overload_name().empty()) out << '.' << schema.overload_name();
     out << '(';

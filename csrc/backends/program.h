@@ -6,6 +6,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/ivalue.h>
 
+#include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,9 +31,15 @@ struct Operand {
   static Operand list_of(c10::TypePtr list_type, std::vector<Operand> items);
 };
 
+// A call that is not a registered operator (a generated kernel's launcher): it pops its
+// arguments from the stack and pushes its results, like a boxed kernel.
+using BoxedCall = std::function<void(torch::jit::Stack&)>;
+
 // One operator call. Its arguments follow the schema's order with defaults filled in.
 struct Instruction {
-  c10::OperatorHandle op;
+  std::optional<c10::OperatorHandle> op;  // else `call`, printed as `call_name`
+  BoxedCall call;
+  std::string call_name;
   std::vector<Operand> args;
   // Where each schema return goes (-1: dropped). An op returning one Tensor[] may instead have
   // its elements unpacked into `unpack` (-1: dropped) when only single elements are used.
@@ -53,6 +61,9 @@ class Program {
   // defaults). Throws c10::Error on an argument count or type the schema rejects.
   void add_call(const c10::OperatorHandle& op, std::vector<Operand> args, std::vector<int> outputs,
                 std::vector<int> unpack = {});
+  // Appends a call of `call` with `args` as they are, producing outputs.size() results.
+  void add_boxed_call(std::string name, BoxedCall call, std::vector<Operand> args,
+                      std::vector<int> outputs);
   void set_outputs(std::vector<Operand> outputs) { outputs_ = std::move(outputs); }
   // Computes each register's last use so that intermediates are released as early as eager
   // releases them. Call once, after the last add_call.

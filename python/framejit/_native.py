@@ -24,13 +24,34 @@ class LoweringError(Exception):
     """A graph the native program cannot express (the graph then runs as it is)."""
 
 
-def native(gm: torch.fx.GraphModule, example_inputs):
-    """``backend="native"``: lowers on the first call with each new input metadata."""
+class PythonCall:
+    """A node target the program calls as one Python call with tensor arguments, returning
+    ``num_outputs`` tensors: how other backends (the CUDA fusion's kernel launchers) put their
+    own steps into a native program."""
+
+    def __init__(self, name: str, fn, num_outputs: int = 1):
+        self.__name__ = name
+        self.fn = fn
+        self.num_outputs = num_outputs
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+
+def native(gm: torch.fx.GraphModule, example_inputs, rewrite=None):
+    """``backend="native"``: lowers on the first call with each new input metadata.
+
+    ``rewrite(aten_gm, args) -> str``, when given, changes the aten graph in place before it
+    becomes a program (the CUDA backend replaces fused groups by PythonCall nodes) and returns
+    text for the output_code log (e.g. generated kernel sources)."""
     name = getattr(gm, "meta", {}).get("framejit_name") or type(gm).__name__
 
     def lower(args):
+        extra_text = ""
         try:
             aten_gm = _trace_to_aten(gm, args)
+            if rewrite is not None:
+                extra_text = rewrite(aten_gm, args) or ""
             program = _build_program(aten_gm)
         except Exception as e:  # any failure: this graph runs through the eager backend
             log.warning("native backend: %s runs as a GraphModule (eager backend): %s: %s", name,
@@ -38,8 +59,8 @@ def native(gm: torch.fx.GraphModule, example_inputs):
             return None
         if "output_code" in _enabled_logs():
             logging.getLogger("framejit.output_code").info(
-                "NATIVE PROGRAM %s (%d aten ops)\n%s%s", name, len(program),
-                _input_notes(aten_gm, args), program.text(name))
+                "NATIVE PROGRAM %s (%d instructions)\n%s%s%s", name, len(program),
+                _input_notes(aten_gm, args), program.text(name), extra_text)
         return program
 
     return _C.make_native_function(lower, gm.forward)
@@ -98,6 +119,9 @@ def _build_program(aten_gm) -> "_C.NativeProgram":
             if node not in values:
                 raise LoweringError(f"getitem on a non-op value: {node.format_node()}")
             continue
+        if isinstance(node.target, PythonCall):
+            _add_python_call(program, node, values)
+            continue
         if not isinstance(node.target, torch._ops.OpOverload):
             raise LoweringError(f"{node.target} is not an aten operator")
         if _is_symbolic(node.meta.get("val")):
@@ -113,6 +137,29 @@ def _build_program(aten_gm) -> "_C.NativeProgram":
     program.set_outputs([operand(v) for v in result])
     program.finish()
     return program
+
+
+def _add_python_call(program, node, values) -> None:
+    call = node.target
+    if node.kwargs or not all(isinstance(a, torch.fx.Node) and a in values for a in node.args):
+        raise LoweringError(f"{call.__name__} takes graph values as positional arguments only")
+    regs = []
+    for arg in node.args:
+        kind, reg = values[arg]
+        if kind != "r":
+            raise LoweringError(f"{call.__name__} takes registers, got a constant")
+        regs.append(reg)
+    if call.num_outputs == 1:
+        out = program.new_register()
+        values[node] = ("r", out)
+        outputs = [out]
+    else:
+        outputs = [program.new_register() for _ in range(call.num_outputs)]
+        for user in node.users:
+            if user.target is not operator.getitem:
+                raise LoweringError(f"the tuple result of {call.__name__} is used whole")
+            values[user] = ("r", outputs[user.args[1]])
+    program.add_python_call(call.__name__, call, regs, outputs)
 
 
 def _bind(schema, node, operand) -> List[tuple]:

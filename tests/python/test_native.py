@@ -3,6 +3,7 @@ straight-line foundation case equals eager (forward, gradients, buffers, mutated
 each graph really ran as a native program (no silent fallback)."""
 import copy
 import logging
+import operator
 import sys
 from pathlib import Path
 
@@ -178,3 +179,26 @@ def test_program_builder_rejects_unknown_ops():
     program = _C.NativeProgram(1)
     with pytest.raises(RuntimeError, match="no_such_op"):
         program.add_call("aten::no_such_op", "", [("r", 0)], [program.new_register()])
+
+
+def test_python_calls_are_instructions_of_the_program(caplog):
+    from framejit._native import PythonCall, _build_program
+
+    def fused(a, b):
+        return torch.addcmul(a, a, b), a - b
+
+    call = PythonCall("fused_kernel_0", fused, num_outputs=2)
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    pair = graph.call_function(call, (x, y))
+    first = graph.call_function(operator.getitem, (pair, 0))
+    second = graph.call_function(operator.getitem, (pair, 1))
+    total = graph.call_function(torch.ops.aten.mul.Tensor, (first, second))
+    graph.output((total, first))
+    program = _build_program(torch.fx.GraphModule(torch.nn.Module(), graph))
+    assert "%2, %3 = fused_kernel_0(%0, %1)" in program.text()
+    fn = _C.make_native_function(lambda args: program, None)
+    a, b = torch.randn(4), torch.randn(4)
+    out = fn(a, b)
+    ref = fused(a, b)
+    assert same(out, (ref[0] * ref[1], ref[0]))
