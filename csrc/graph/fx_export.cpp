@@ -39,6 +39,7 @@ py::object to_fx_arg(const Arg& arg, const std::unordered_map<const Node*, py::o
 }  // namespace
 
 py::object export_fx(const Graph& graph) {
+  GcPause no_gc;
   py::module_ fx_mod = py::module_::import("torch.fx");
   py::object fx_graph = fx_mod.attr("Graph")();
   std::unordered_map<const Node*, py::object> fx;

@@ -46,6 +46,11 @@ void GuardSet::add_dict_contains(int slot, PyObject* key, bool present) {
   sorted_ = false;
 }
 
+void GuardSet::add_dict_keys(int slot, PyObject* keys) {
+  guards_.push_back(Guard{GuardKind::kDictKeys, slot, py::reinterpret_borrow<py::object>(keys)});
+  sorted_ = false;
+}
+
 void GuardSet::sort() const {
   by_slot_ = guards_;
   std::stable_sort(by_slot_.begin(), by_slot_.end(),
@@ -78,6 +83,24 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
       const int has = PyDict_Contains(value, expected);
       if (has < 0) PyErr_Clear();
       return has == guard.n;
+    }
+    case GuardKind::kDictKeys: {
+      if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
+        return false;
+      }
+      Py_ssize_t pos = 0;
+      Py_ssize_t i = 0;
+      PyObject* key;  // Borrowed
+      while (PyDict_Next(value, &pos, &key, nullptr)) {
+        PyObject* want = PyTuple_GET_ITEM(expected, i++);  // Borrowed
+        if (key == want) continue;
+        const int eq = PyObject_RichCompareBool(key, want, Py_EQ);
+        if (eq != 1) {
+          if (eq < 0) PyErr_Clear();
+          return false;
+        }
+      }
+      return true;
     }
   }
   return false;
@@ -118,6 +141,8 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", safe_repr(guard.expected), src,
                          guard.n ? "True" : "False");
+    case GuardKind::kDictKeys:
+      return fmt::format("DICT_KEYS list({}) == {}", src, safe_repr(guard.expected));
   }
   return "?";
 }

@@ -17,6 +17,7 @@ enum class GuardKind : uint8_t {
   kTensor,        // one fused metadata check (TensorSpec)
   kLen,           // len(value) == n, value a tuple, list or dict (the type is guarded apart)
   kDictContains,  // (key in value) == flag, value a dict
+  kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict
 };
 
 struct Guard {
@@ -37,6 +38,8 @@ class GuardSet {
   void add_tensor(int slot, PyObject* tensor);
   void add_len(int slot, int64_t n);
   void add_dict_contains(int slot, PyObject* key, bool present);
+  // Borrowed: keys, a tuple.
+  void add_dict_keys(int slot, PyObject* keys);
 
   // Reads every source into `slots` and checks each guard right after its source is read, so a
   // type guard on a container runs before anything is read out of it. Hot path: raw CPython

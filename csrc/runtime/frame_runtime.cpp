@@ -171,6 +171,7 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
 // Python exception set only for fullgraph=True failures; other failures give a fallback region.
 std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed) {
   PauseScope pause;
+  GcPause no_gc;
   PyCodeObject* code = run.code;
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;

@@ -40,6 +40,9 @@ bool is_stable_namespace(PyObject* obj) {
   return false;
 }
 
+
+}  // namespace
+
 ValuePtr wrap_unsourced(py::object value) {
   PyObject* obj = value.ptr();
   const bool constant = obj == Py_None || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
@@ -48,8 +51,6 @@ ValuePtr wrap_unsourced(py::object value) {
                         Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(PyRefs::get().device_type.ptr());
   return constant ? Value::constant(std::move(value)) : Value::object(std::move(value));
 }
-
-}  // namespace
 
 ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
   switch (base->kind) {
@@ -83,6 +84,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       break;
     }
     case VKind::kObject: {
+      if (base->method == kNewObject) return new_object_attr(base, name);
       // A value this region stored there (latest write wins).
       for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {
         if (it->target == base && it->name == name) return it->value;
@@ -105,7 +107,25 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return value;
       }
       if (PyModule_Check(obj)) break;
-      py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
+      const bool via_super = base->method == kSuper;
+      py::tuple how =
+          via_super ? PyRefs::get().support.attr("resolve_super_attribute")(
+                          base->obj, type_of(base->bound_self),
+                          py::bool_(base->bound_self->method != kNewObject && PyType_Check(base->bound_self->obj.ptr())), name)
+                    : PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
+      if (via_super) {
+        // super().method: the parent's function, bound to the traced self.
+        const std::string kind = how[0].cast<std::string>();
+        if (kind == "missing") {
+          FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
+        }
+        ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
+        if (kind == "function" || kind == "property" || kind == "classmethod") {
+          method->bound_self = base->bound_self;
+        }
+        if (kind == "property") method->method = "__property__";
+        return method;
+      }
       const std::string kind = how[0].cast<std::string>();
       if (kind == "instance" && base->source >= 0 && py::str(how[1]).cast<std::string>() != "__dict__") {
         // A parameter, buffer or submodule: read from the module's own dict on every call
@@ -188,6 +208,15 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
       }
     }
     case VKind::kObject:
+      if (base->source >= 0 && PySlice_Check(k.ptr()) &&
+          PyObject_IsInstance(base->obj.ptr(), PyRefs::get().torch.attr("nn").attr("ModuleList").ptr()) == 1) {
+        // self.layers[1:]: the children in that range (a list; iterating and indexing it is all
+        // a forward does with a ModuleList slice).
+        std::vector<ValuePtr> children;
+        if (module_children(base, children)) {
+          return item(Value::list(std::move(children)), key);
+        }
+      }
       if (base->source >= 0 && (PyLong_CheckExact(k.ptr()) || PyUnicode_Check(k.ptr()))) {
         // self.layers[0], self.blocks["head"]: the child, read by source.
         std::vector<ValuePtr> children;
@@ -226,6 +255,10 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
 }
 
 void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePtr value) {
+  if (target->kind == VKind::kObject && target->method == kNewObject) {
+    new_object_store(target, name, std::move(value));
+    return;
+  }
   if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||
       PyType_Check(target->obj.ptr()) || !target->method.empty() || target->bound_self) {
     FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} on {}", name, target->describe());

@@ -7,40 +7,14 @@
 
 #include "common/check.h"
 #include "runtime/code_state.h"
+#include <exception>
+
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
 namespace framejit {
 
 namespace {
-
-// The Python type a value has at run time (guarded at its source, or fixed by the trace).
-py::object type_of(const ValuePtr& value) {
-  auto borrow = [](PyTypeObject* type) {
-    return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type));
-  };
-  switch (value->kind) {
-    case VKind::kTensor:
-      return value->pytype ? value->pytype : PyRefs::get().tensor_type;
-    case VKind::kConst:
-    case VKind::kObject:
-    case VKind::kSymNum:
-      return borrow(Py_TYPE(value->obj.ptr()));
-    case VKind::kTuple:
-      return value->pytype;
-    case VKind::kCell:
-      return borrow(&PyCell_Type);
-    case VKind::kIter:
-      FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
-    case VKind::kList:
-      return borrow(&PyList_Type);
-    case VKind::kDict:
-      return borrow(&PyDict_Type);
-    case VKind::kNull:
-      break;
-  }
-  throw InternalError("type of NULL");
-}
 
 // Queries whose answer depends on a tensor's sizes or strides (not on its rank or dtype).
 bool is_size_query(const std::string& name) {
@@ -156,20 +130,109 @@ const std::string& tensor_method_kind(const std::string& name) {
 
 }  // namespace
 
+py::object type_of(const ValuePtr& value) {
+  auto borrow = [](PyTypeObject* type) {
+    return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(type));
+  };
+  switch (value->kind) {
+    case VKind::kTensor:
+      return value->pytype ? value->pytype : PyRefs::get().tensor_type;
+    case VKind::kObject:
+      if (value->method == kNewObject) return value->obj;
+      return borrow(Py_TYPE(value->obj.ptr()));
+    case VKind::kConst:
+    case VKind::kSymNum:
+      return borrow(Py_TYPE(value->obj.ptr()));
+    case VKind::kTuple:
+      return value->pytype;
+    case VKind::kCell:
+      return borrow(&PyCell_Type);
+    case VKind::kIter:
+      FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
+    case VKind::kList:
+      return borrow(&PyList_Type);
+    case VKind::kDict:
+      return borrow(&PyDict_Type);
+    case VKind::kNull:
+      break;
+  }
+  throw InternalError("type of NULL");
+}
+
 bool is_module(py::handle obj) {
   return PyObject_IsInstance(obj.ptr(), PyRefs::get().module_type.ptr()) == 1;
 }
 
 // Python functions the tracer goes into: code the frame hook would trace too (not torch, the
 // standard library, site-packages or framejit), plus torch.nn module forwards (is_module).
+// An argument of a metadata query: tensors (also inside tuples and lists) as their meta tensors.
+py::object query_arg(const ValuePtr& value) {
+  if (value->is_tensor()) return value->obj;
+  if (value->kind == VKind::kTuple || value->kind == VKind::kList) {
+    py::list items;
+    for (const ValuePtr& item : value->items) items.append(query_arg(item));
+    if (value->kind == VKind::kList) return std::move(items);
+    return py::tuple(items);
+  }
+  return value->as_python();
+}
+
+// Iterators a builtin call reads: marked exhausted when the call was traced, untouched when it
+// ends the region (the exit state must hold them unread).
+class IteratorsConsumed {
+ public:
+  IteratorsConsumed() : exceptions_(std::uncaught_exceptions()) {}
+  ~IteratorsConsumed() {
+    if (std::uncaught_exceptions() != exceptions_) return;
+    for (const ValuePtr& it : iterators_) it->index = it->items.size();
+  }
+  void push_back(ValuePtr it) { iterators_.push_back(std::move(it)); }
+
+ private:
+  int exceptions_;
+  std::vector<ValuePtr> iterators_;
+};
+
+// Builtins that iterate their arguments (and nothing else about them).
+bool consumes_iterables(const std::string& name) {
+  static const char* kNames[] = {"enumerate", "zip", "reversed", "len", "list", "tuple", "sum",
+                                 "any", "all", "min", "max", "sorted", "dict", "set"};
+  for (const char* known : kNames) {
+    if (name == known) return true;
+  }
+  return false;
+}
+
+// The second argument of isinstance when it is a class or a (nested) tuple of classes known at
+// trace time, else an empty object.
+py::object class_info(const ValuePtr& value) {
+  if ((value->kind == VKind::kObject || value->kind == VKind::kConst) && PyType_Check(value->obj.ptr())) {
+    return value->obj;
+  }
+  if (value->kind != VKind::kTuple) return py::object();
+  py::tuple out(value->items.size());
+  for (size_t i = 0; i < value->items.size(); ++i) {
+    py::object item = class_info(value->items[i]);
+    if (!item) return py::object();
+    out[i] = item;
+  }
+  return out;
+}
+
 bool is_user_function(py::handle fn) {
   if (!should_skip_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())))) {
     return true;
   }
   // Helpers of torch.nn's own modules (Conv2d._conv_forward, _BatchNorm checks) are traced
   // like their forward methods.
+  // So are torch.nn.functional's private helpers (F._canonical_mask, F._none_or_dtype).
   py::object module = py::getattr(fn, "__module__", py::none());
-  return !module.is_none() && py::str(module).cast<std::string>().rfind("torch.nn.modules.", 0) == 0;
+  if (module.is_none()) return false;
+  const std::string name = py::str(module).cast<std::string>();
+  if (name == "torch.nn.functional") {
+    return py::str(py::getattr(fn, "__name__", py::str(""))).cast<std::string>().rfind('_', 0) == 0;
+  }
+  return name.rfind("torch.nn.modules.", 0) == 0;
 }
 
 // The items of a value iterated at trace time, or false.
@@ -235,6 +298,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return nullptr;
   }
   // A method loaded by LOAD_METHOD: args[0] is self.
+  if (fn->kind == VKind::kObject && fn->method == kNewObject) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "call of an object made in the trace");
+  }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
     const std::string& name = fn->method;
     const ValuePtr self = args.at(0);
@@ -269,6 +335,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return constant_result(call_python(bound, {args.begin() + 1, args.end()}, kwargs),
                              callable_name(bound));
     }
+    if (ValuePtr out = container_method(name, args, kwargs)) return out;
     if (self->kind == VKind::kList && self->source < 0 && kwargs.empty()) {
       if (name == "append" && args.size() == 2) {
         self->items.push_back(args[1]);
@@ -310,6 +377,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     inline_module_call(fn, std::move(args), std::move(kwargs));
     return nullptr;
   }
+  if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
+    return zero_arg_super();
+  }
+  if (ValuePtr partial = partial_call(fn, callable, args, kwargs)) {
+    return partial->kind == VKind::kNull ? nullptr : partial;
+  }
+  if (PyType_Check(callable.ptr())) {
+    py::object init = refs.support.attr("plain_class_init")(callable);
+    if (!init.is_none()) {
+      new_object(fn, callable, init, std::move(args), std::move(kwargs));
+      return nullptr;
+    }
+  }
   const std::string& kind = refs.classify(callable);
   if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(callable)) {
     inline_call(fn, callable, std::move(args), std::move(kwargs));
@@ -319,15 +399,53 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
   }
+  IteratorsConsumed consumed;
+  if (kind == "builtin" && consumes_iterables(callable_name(callable))) {
+    // What these builtins iterate: an iterator unrolled at trace time (a generator expression's
+    // yields) is consumed whole; a ModuleList / Sequential / ModuleDict gives its children (or
+    // keys), read by source.
+    for (ValuePtr& arg : args) {
+      std::vector<ValuePtr> items;
+      if (arg->kind == VKind::kIter) {
+        // Consumed only if the call is traced: a break here leaves the iterator as it was, and
+        // the runtime calls the builtin on it.
+        items.assign(arg->items.begin() + static_cast<long>(arg->index), arg->items.end());
+        consumed.push_back(arg);
+        arg = Value::list(std::move(items));
+      } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {
+        arg = Value::list(std::move(items));
+      }
+    }
+    if (callable_name(callable) == "enumerate" && kwargs.size() == 1 && kwargs[0].first == "start" &&
+        args.size() == 1) {
+      args.push_back(kwargs[0].second);  // enumerate(xs, start=1)
+      kwargs.clear();
+    }
+  }
   if (kind == "builtin" && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);
     if ((name == "enumerate" || name == "zip" || name == "reversed") && !args.empty()) {
       if (ValuePtr it = iterator_builtin(name, args)) return it;
     }
-    if (name == "isinstance" && args.size() == 2 && args[1]->is_constant_tree()) {
-      return Value::constant(
-          py::bool_(PyObject_IsSubclass(type_of(args[0]).ptr(), args[1]->as_python().ptr()) == 1));
+    if (name == "isinstance" && args.size() == 2) {
+      if (py::object classes = class_info(args[1])) {
+        const int result = PyObject_IsSubclass(type_of(args[0]).ptr(), classes.ptr());
+        if (result < 0) throw py::error_already_set();
+        return Value::constant(py::bool_(result == 1));
+      }
+    }
+    if ((name == "tuple" || name == "list") && args.size() == 1 && args[0]->is_sequence()) {
+      // A new container of the same items (tensors included).
+      if (name == "tuple") return Value::tuple(args[0]->items);
+      return Value::list(args[0]->items);
+    }
+    if (name == "sum" && !args.empty() && args.size() <= 2 &&
+        (args[0]->kind == VKind::kList || args[0]->kind == VKind::kTuple) && any_tensor(args, kwargs)) {
+      // sum() of a known list: start + items[0] + items[1] ..., each addition as Python does it.
+      ValuePtr total = args.size() == 2 ? args[1] : Value::constant(py::int_(0));
+      for (const ValuePtr& item : args[0]->items) total = record_operator("add", "+", {total, item});
+      return total;
     }
     if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
     if (name == "len" && args.size() == 1) {
@@ -379,9 +497,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
           note_size_read(callable_name(callable) + "()");
         }
         py::list py_args;
-        for (const auto& a : args) py_args.append(a->is_tensor() ? a->obj : a->as_python());
+        for (const auto& a : args) py_args.append(query_arg(a));
         py::dict py_kwargs;
-        for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+        for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = query_arg(value);
         return constant_result(callable(*py::tuple(py_args), **py_kwargs), callable_name(callable));
       }
       return constant_result(call_python(callable, args, kwargs), callable_name(callable));
@@ -398,7 +516,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                          "", name);
     }
-    FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);
+    if (any_tensor(args, kwargs)) FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);
+    FJ_UNSUPPORTED(kUnsupportedCall, "{}() of values not known at trace time", name);
   }
   if (fn->kind == VKind::kObject && PyType_Check(callable.ptr()) &&
       callable.ptr() == refs.size_type.ptr() && all_constant(args, kwargs)) {

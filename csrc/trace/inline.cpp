@@ -30,6 +30,18 @@ bool is_fixed_value(PyObject* obj) {
          PyCFunction_Check(obj) || PyModule_Check(obj);
 }
 
+// Such a value as the trace sees it: a constant, or (sentinels such as dataclasses'
+// _HAS_DEFAULT_FACTORY) an object used by identity only (an unsourced object's state is never
+// read: attribute reads of it end the region). Containers and tensors: nullptr.
+ValuePtr carried_value(PyObject* obj) {
+  if (is_fixed_value(obj)) return Value::constant(py::reinterpret_borrow<py::object>(obj));
+  if (PyTuple_Check(obj) || PyList_Check(obj) || PyDict_Check(obj) || PyAnySet_Check(obj) ||
+      is_tensor(obj)) {
+    return nullptr;
+  }
+  return Value::object(py::reinterpret_borrow<py::object>(obj));
+}
+
 }  // namespace
 
 std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle function,
@@ -53,7 +65,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
       FJ_CHECK(container != nullptr, "{}.{} unreadable", fname, attr);
       return item(container, Value::constant(std::move(key)));
     }
-    if (is_fixed_value(real.ptr())) return Value::constant(py::reinterpret_borrow<py::object>(real));
+    if (ValuePtr value = carried_value(real.ptr())) return value;
     FJ_UNSUPPORTED(kUnsupportedValue, "default {} of {} (a function without a source)",
                    safe_repr(real), fname);
   };
@@ -139,7 +151,8 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   }
   constexpr int kNotInlined = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
                               CO_ITERABLE_COROUTINE;
-  if (code->co_flags & kNotInlined) {
+  const bool genexpr = (code->co_flags & CO_GENERATOR) && name_of(code->co_name) == "<genexpr>";
+  if ((code->co_flags & kNotInlined) && !genexpr) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call to generator or coroutine function {}",
                    name_of(code->co_qualname));
   }
@@ -156,6 +169,7 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   callee->dirty.assign(callee->locals.size(), false);
   callee->function = py::reinterpret_borrow<py::object>(function);
   callee->function_value = fn;
+  callee->generator = genexpr;
   callee->globals = made ? fn->pytype
                          : py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
   callee->call_site = instr().offset;
@@ -215,6 +229,29 @@ bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& o
     out.push_back(child);
   }
   return true;
+}
+
+ValuePtr Tracer::zero_arg_super() {
+  PyCodeObject* code = frame().code;
+  const Py_ssize_t n = PyTuple_GET_SIZE(code->co_localsplusnames);
+  ValuePtr cls;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (name_of(PyTuple_GET_ITEM(code->co_localsplusnames, i)) == "__class__") {
+      cls = cell_get(local(static_cast<int>(i)));
+    }
+  }
+  if (code->co_argcount == 0 || !cls || !PyType_Check(cls->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "super() outside a method");
+  }
+  ValuePtr self = local(0);
+  if (self->kind == VKind::kCell) self = cell_get(self);
+  if (self->kind != VKind::kObject) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "super() with a first argument of kind {}", self->describe());
+  }
+  ValuePtr out = Value::object(cls->obj);
+  out->method = kSuper;
+  out->bound_self = self;
+  return out;
 }
 
 ValuePtr Tracer::cell_get(const ValuePtr& cell) {
@@ -278,10 +315,9 @@ void Tracer::copy_free_vars(int n) {
     } else {
       PyObject* content = PyCell_GET(real);  // borrowed
       if (content == nullptr) FJ_UNSUPPORTED(kUnsupportedValue, "empty closure cell");
-      if (!is_fixed_value(content)) {
-        FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
-      }
-      cell->items.push_back(Value::constant(py::reinterpret_borrow<py::object>(content)));
+      ValuePtr value = carried_value(content);
+      if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
+      cell->items.push_back(std::move(value));
       cell->source = -1;
       cell->method = "frozen";  // a copy of a real cell's content: never stored into
     }

@@ -119,11 +119,14 @@ void op_dict_update(Tracer& t, const Instr& i) {
   for (size_t k = 0; k < update->keys.size(); ++k) set_key(dict, update->keys[k], update->items[k]);
 }
 
-void op_unpack_sequence(Tracer& t, const Instr& i) {
-  ValuePtr seq = t.pop();
+// The items of a sequence being unpacked (UNPACK_SEQUENCE, UNPACK_EX).
+std::vector<ValuePtr> unpacked_items(const ValuePtr& seq) {
   std::vector<ValuePtr> items;
   if (seq->is_sequence()) {
     items = seq->items;
+  } else if (seq->kind == VKind::kIter) {
+    // Read, not consumed: the caller marks it exhausted once the unpacking is traced.
+    items.assign(seq->items.begin() + static_cast<long>(seq->index), seq->items.end());
   } else if (seq->is_const() && PyTuple_Check(seq->obj.ptr())) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
@@ -131,9 +134,32 @@ void op_unpack_sequence(Tracer& t, const Instr& i) {
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} is not traced yet", seq->describe());
   }
+  return items;
+}
+
+// a, *rest, b = seq: arg's low byte counts the names before the star, the high byte those after.
+void op_unpack_ex(Tracer& t, const Instr& i) {
+  ValuePtr seq = t.pop();
+  std::vector<ValuePtr> items = unpacked_items(seq);
+  const size_t before = i.arg & 0xff;
+  const size_t after = (i.arg >> 8) & 0xff;
+  if (items.size() < before + after) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into at least {}", items.size(),
+                   before + after);
+  }
+  if (seq->kind == VKind::kIter) seq->index = seq->items.size();
+  for (size_t k = 0; k < after; ++k) t.push(items[items.size() - 1 - k]);
+  t.push(Value::list({items.begin() + static_cast<long>(before), items.end() - static_cast<long>(after)}));
+  for (size_t k = before; k-- > 0;) t.push(items[k]);
+}
+
+void op_unpack_sequence(Tracer& t, const Instr& i) {
+  ValuePtr seq = t.pop();
+  std::vector<ValuePtr> items = unpacked_items(seq);
   if (static_cast<int>(items.size()) != i.arg) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into {}", items.size(), i.arg);
   }
+  if (seq->kind == VKind::kIter) seq->index = seq->items.size();
   for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
 }
 
@@ -179,6 +205,7 @@ void register_build_ops(HandlerTable& table) {
   set(Op::DICT_UPDATE, op_dict_update);
   set(Op::DICT_MERGE, op_dict_update);
   set(Op::UNPACK_SEQUENCE, op_unpack_sequence);
+  set(Op::UNPACK_EX, op_unpack_ex);
   set(Op::FORMAT_VALUE, op_format_value);
   set(Op::BUILD_STRING, op_build_string);
 }

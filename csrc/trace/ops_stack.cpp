@@ -32,6 +32,19 @@ void op_load_global(Tracer& t, const Instr& i) {
 
 void op_return_value(Tracer& t, const Instr&) { t.finish(t.pop()); }
 
+// Generator expressions (the only generators traced): RETURN_GENERATOR's result is popped at
+// once; each YIELD_VALUE records its value and receives None, as next() sends.
+void op_return_generator(Tracer& t, const Instr&) {
+  if (!t.frame().generator) FJ_UNSUPPORTED(kUnsupportedOpcode, "RETURN_GENERATOR outside a generator expression");
+  t.push(Value::constant(py::none()));
+}
+
+void op_yield_value(Tracer& t, const Instr&) {
+  if (!t.frame().generator) FJ_UNSUPPORTED(kUnsupportedOpcode, "yield outside a generator expression");
+  t.frame().yields.push_back(t.pop());
+  t.push(Value::constant(py::none()));
+}
+
 // Closures. A local captured by an inner function lives in a cell; cells of the frame's own
 // function arrive through COPY_FREE_VARS.
 void op_make_cell(Tracer& t, const Instr& i) {
@@ -77,6 +90,8 @@ void register_stack_ops(HandlerTable& table) {
   set(Op::LOAD_CONST, op_load_const);
   set(Op::LOAD_GLOBAL, op_load_global);
   set(Op::RETURN_VALUE, op_return_value);
+  set(Op::RETURN_GENERATOR, op_return_generator);
+  set(Op::YIELD_VALUE, op_yield_value);
   set(Op::RETURN_CONST, op_return_const);
   set(Op::MAKE_CELL, op_make_cell);
   set(Op::COPY_FREE_VARS, op_copy_free_vars);

@@ -447,8 +447,11 @@ bool Tracer::truthy(const ValuePtr& value) {
 
 void Tracer::finish(const ValuePtr& value) {
   if (inlined()) {
+    ValuePtr result = frame().generator ? Value::iter(std::move(frame().yields))
+                      : frame().constructed ? frame().constructed
+                                            : value;
     frames_.pop_back();
-    push(value);
+    push(result);
     return;
   }
   exit_.kind = ExitKind::kReturn;
@@ -486,6 +489,20 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
     case VKind::kConst:
       return Rebuild::constant(value->obj);
     case VKind::kObject:
+      if (value->method == kNewObject) {  // an object made in the trace, escaping
+        py::tuple names(value->keys.size());
+        for (size_t i = 0; i < value->keys.size(); ++i) names[i] = value->keys[i];
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(names)};
+        for (const auto& part : value->items) parts.push_back(rebuild_of(part));
+        r = Rebuild::call(PyRefs::get().support.attr("new_object"), std::move(parts));
+        if (value->memo < 0) value->memo = exit_.memo_size++;
+        r.memo = value->memo;
+        return r;
+      }
+      if (value->method == kSuper) {  // super() kept across the exit: super(cls, self)
+        return Rebuild::call(py::module_::import("builtins").attr("super"),
+                             {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
+      }
       if (value->method == kMadeFunction) {  // a function made in the trace, escaping
         std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->pytype)};
         for (const auto& part : value->items) parts.push_back(rebuild_of(part));

@@ -63,7 +63,20 @@ struct TraceFrame {
   py::object globals;    // inlined: the function's globals dict (root: read through sources)
   int pc = 0;
   int call_site = -1;    // inlined: code unit of the CALL in the caller
+  // A generator expression run to completion when called: its yields, returned as an iterator
+  // over them (eager where Python is lazy; only `<genexpr>` code is run this way).
+  bool generator = false;
+  std::vector<ValuePtr> yields;
+  // An __init__ inlined for a new object: the call's result is this object, not None.
+  ValuePtr constructed;
 };
+
+// A value read from somewhere the guards do not cover (a torch namespace, a class attribute):
+// constants for None/numbers/str/dtype/device, else an object used by reference.
+ValuePtr wrap_unsourced(py::object value);
+
+// The Python type a traced value has at run time (tensors: their exact type).
+py::object type_of(const ValuePtr& value);
 
 class Tracer {
  public:
@@ -115,6 +128,25 @@ class Tracer {
   ValuePtr global(const std::string& name);
   ValuePtr attr(const ValuePtr& base, const std::string& name);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
+  // containers.cpp: list/tuple/dict methods answered or performed at trace time; nullptr when
+  // not handled there. args[0] is self.
+  ValuePtr container_method(const std::string& name, const std::vector<ValuePtr>& args,
+                            const KwValues& kwargs);
+  ValuePtr dict_view(const ValuePtr& self, const std::string& name);
+  // super() in a method: a real super object for (__class__, the first argument), whose
+  // attributes bind to the traced first argument (access.cpp).
+  ValuePtr zero_arg_super();
+  // cls(*args, **kwargs) for a plain user class (objects.cpp): a kNewObject value, its __init__
+  // (`init`, or None-like object.__init__) inlined with it as self. Pushes the object.
+  void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
+                  KwValues kwargs);
+  ValuePtr new_object_attr(const ValuePtr& self, const std::string& name);
+  // functools.partial (objects.cpp): making one from values known at trace time, and calling
+  // one (its func called with its args and keywords first). nullptr when `callable` is neither;
+  // a kNull value when the call was inlined (nothing to push yet).
+  ValuePtr partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
+                        KwValues& kwargs);
+  void new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value);
   void store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs);
   // Traces into a Python function: binds the arguments and pushes its frame. The result is

@@ -36,6 +36,15 @@ using ValuePtr = std::shared_ptr<Value>;
 // keyword defaults dict and closure tuple (kNull where absent).
 inline constexpr const char* kMadeFunction = "<made function>";
 
+// Value::method of a kObject instance of a plain user class created by the trace (`Point(x, y)`,
+// a dataclass): obj is the class, keys / items its instance attributes so far. It exists only in
+// the trace; a region exit that needs it builds a real object (framejit._support.new_object).
+inline constexpr const char* kNewObject = "<new object>";
+
+// Value::method of a kObject made by super(): obj is the class whose parents are searched
+// (__class__ of the method), bound_self the method's first argument.
+inline constexpr const char* kSuper = "<super>";
+
 struct Value {
   VKind kind = VKind::kConst;
   int source = -1;           // slot in the trace's SourceTable, -1 if made during the trace

@@ -38,6 +38,13 @@ _QUERIES = {
     torch.is_tensor, torch.is_floating_point, torch.is_complex, torch.numel, torch.result_type,
     torch.promote_types, torch.can_cast, torch.get_default_dtype, torch.is_grad_enabled,
     torch.broadcast_shapes, torch.is_inference_mode_enabled, torch.finfo, torch.iinfo,
+    # Global switches read as constants at trace time (as eager reads them once per call).
+    torch.backends.mha.get_fastpath_enabled, torch.jit.is_scripting, torch.jit.is_tracing,
+    torch.are_deterministic_algorithms_enabled, torch.is_autocast_enabled,
+    # Traced tensors never override __torch_function__ (those are not traced), so these are
+    # False for the values framejit traces.
+    torch._C._has_torch_function, torch._C._has_torch_function_unary,
+    torch._C._has_torch_function_variadic,
 }
 
 # Builtins that are pure functions of their arguments (folded on constants).
@@ -86,11 +93,17 @@ def classify_callable(fn) -> str:
     if module == "torch" or module.startswith("torch."):
         if module.startswith(_NOT_OPS_PREFIXES):
             return ""
+        if module == "torch.nn.functional" and _is_private_python_helper(fn):
+            return ""  # F._none_or_dtype, F._canonical_mask, ...: traced through, like user code
         return "torch"
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
         return "torch"
     return ""
+
+
+def _is_private_python_helper(fn) -> bool:
+    return isinstance(fn, types.FunctionType) and fn.__name__.startswith("_")
 
 
 def tensor_method_kind(name: str) -> str:
@@ -223,6 +236,73 @@ def resolve_attribute(obj, name: str):
     if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
         return ("missing", None)
     return ("class_value", None)
+
+
+def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: str):
+    """How ``super().name`` resolves in a method of ``this_class`` whose first argument has type
+    ``self_type`` (is a class, for classmethods, when ``self_is_class``): the first class after
+    this_class in the MRO defining name. Kinds as in resolve_attribute (function-like attributes
+    and properties only; anything else 'missing')."""
+    mro = self_type.__mro__
+    if self_is_class:
+        return ("missing", None)  # super() in a classmethod: not traced
+    try:
+        start = mro.index(this_class) + 1
+    except ValueError:
+        return ("missing", None)
+    for cls in mro[start:]:
+        if name in vars(cls):
+            found = vars(cls)[name]
+            if isinstance(found, property):
+                return ("property", found.fget) if found.fget is not None else ("missing", None)
+            return _function_kind(found, "function") or ("missing", None)
+    return ("missing", None)
+
+
+def plain_class_init(cls):
+    """For a plain user class (Python classes only up to object, no __slots__, no metaclass, no
+    custom __new__ / __setattr__ / __getattribute__ / __getattr__): its __init__ function, or
+    False when that is object.__init__. None for any other class (not traced into)."""
+    if type(cls) is not type or cls.__new__ is not object.__new__:
+        return None
+    if cls.__setattr__ is not object.__setattr__ or cls.__getattribute__ is not object.__getattribute__:
+        return None
+    for klass in cls.__mro__[:-1]:
+        if not klass.__flags__ & _HEAPTYPE or "__slots__" in vars(klass) or "__getattr__" in vars(klass):
+            return None
+        if klass.__module__.startswith(("torch", "framejit")):
+            return None
+    init = cls.__init__
+    if init is object.__init__:
+        return False
+    return init if isinstance(init, types.FunctionType) else None
+
+
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
+
+
+def resolve_new_object_attribute(cls, name: str):
+    """How ``obj.name`` resolves for an instance of a plain class that has no such instance
+    attribute: like resolve_attribute, with 'class_value' carrying the value."""
+    found = _class_attribute(cls, name)
+    if found is _MISSING:
+        return ("missing", None)
+    if isinstance(found, property):
+        return ("property", found.fget) if found.fget is not None else ("missing", None)
+    kind = _function_kind(found, "function")
+    if kind is not None:
+        return kind
+    if hasattr(type(found), "__get__"):
+        return ("missing", None)
+    return ("class_value", found)
+
+
+def new_object(cls, names, *values):
+    """The real object for an instance the trace made: cls's instance with these attributes."""
+    obj = object.__new__(cls)
+    for name, value in zip(names, values):
+        object.__setattr__(obj, name, value)
+    return obj
 
 
 def module_container_keys(obj):

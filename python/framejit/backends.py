@@ -61,3 +61,14 @@ def native(gm, example_inputs):
 
 
 native.framejit_shape_generic = True  # it keys its lowered programs on sizes itself
+
+
+@register("cuda")
+def cuda(gm, example_inputs):
+    """native, with element-wise chains on CUDA tensors fused into generated kernels compiled
+    at run time by NVRTC (framejit/_cuda/)."""
+    from ._cuda.backend import cuda as lower_cuda
+    return lower_cuda(gm, example_inputs)
+
+
+cuda.framejit_shape_generic = True  # programs keyed on sizes, as native's

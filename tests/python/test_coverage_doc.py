@@ -93,6 +93,17 @@ class Cfg:
     scale: float = 2.0
 
 
+@dataclasses.dataclass
+class Out:
+    value: torch.Tensor
+    scale: float = 1.0
+
+
+class Scaled(Point):
+    def __init__(self, t):
+        super().__init__(t, 2.0)
+
+
 class Hooked(nn.Module):
     def forward(self, x):
         return x * 2
@@ -115,6 +126,7 @@ OBJ, DERIVED, CFG, NET = Obj(), Derived(), Cfg(), Net()
 HOOKED = Hooked()
 HOOKED.register_forward_hook(lambda m, a, out: None)
 INPUTS, LOG, TABLE = {}, [], {}
+SCALES = {"a": 1.0, "b": 2.0}
 COUNT = 0
 
 
@@ -136,6 +148,17 @@ example("partial(affine, w=2.0)(x)")(lambda x: functools.partial(affine, w=2.0)(
 example("super().scale(x)")(lambda x: DERIVED.scale(x * 2) + 1)
 example("Point(x, 2.0)")(lambda x: Point(x * 2, 2.0).t + 1)
 example("frozen(x)")(lambda x: frozen(x * 2) + 1)
+example('partial(F.gelu, approximate="tanh")')(
+    lambda x: functools.partial(F.gelu, approximate="tanh")(x * 2) + 1)
+example("return Out(x * 2, 3.0)")(lambda x: Out(x * 2, 3.0))
+example("super().__init__(t)")(lambda x: Scaled(x * 2).t + 1)
+
+
+@example("p = Point(x * 2, 2.0); print(p.k)")
+def ex_object_across_break(x):
+    p = Point(x * 2, 2.0)
+    print(p.k)
+    return p.t * p.k
 
 
 @example("helper(*args, **kwargs)")
@@ -274,6 +297,13 @@ def ex_nested_unpack(x):
 def ex_dict_items(x):
     for k, v in {"a": 1.0, "b": 2.0}.items():
         x = x * v
+    return x
+
+
+@example("for k in d:")
+def ex_dict_iter(x):
+    for k in SCALES:
+        x = x * SCALES[k]
     return x
 
 
@@ -508,7 +538,15 @@ def test_coverage_table_row(construct, example_text, status, capsys):  # capsys:
     assert regions(fn), "the example's frame was never traced"
     assert outcome(fn) == status, [r["reason"] for r in regions(fn)]
     if example_text not in UNREPEATABLE:
-        assert same(out, fn(*args))
+        assert same(fields(out), fields(fn(*args)))
+
+
+def fields(value):
+    """A user object or dataclass as its type and attributes, so same() compares it field by
+    field; any other value as it is."""
+    if hasattr(value, "__dict__") and not isinstance(value, (torch.Tensor, nn.Module)):
+        return type(value), dict(vars(value))
+    return value
 
 
 # Examples whose result depends on state their own call changes (a running buffer).

@@ -8,7 +8,10 @@ import functools
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+import framejit
+from framejit.testing import CompileCounter, regions, same
 from feature_checks import check, rand
 
 
@@ -134,12 +137,27 @@ class Holder:
     weight: float = 2.0
 
 
+class Base:
+    def __init__(self, t):
+        self.t = t * 2
+
+
+class Child(Base):
+    def __init__(self, t, k):
+        super().__init__(t)
+        self.k = k
+
+    def total(self):
+        return self.t + self.k
+
+
 SHAPE = Shape(3.0)
 SQUARE = Square(2.0)
 CUBE = Cube(5.0)
 CONFIG = Config(0.5)
 OPS = {"add": torch.add, "one": add_one}
 PARTIAL_AFFINE = functools.partial(affine, w=2.0, b=0.5)
+GELU_TANH = functools.partial(F.gelu, approximate="tanh")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,12 +361,41 @@ def functools_partial_global(x):
     return PARTIAL_AFFINE(x * 2) + 1
 
 
+def functools_partial_of_torch_function(x):
+    gelu = functools.partial(F.gelu, approximate="tanh")
+    return gelu(x * 2) + GELU_TANH(x)
+
+
 def super_method_call(x):
     return SQUARE.scale(x * 2) + 1
 
 
+def super_method_on_object_made_in_trace(x):
+    return Square(3.0).scale(x * 2) + 1
+
+
+def super_init_in_trace(x):
+    c = Child(x, 3.0)
+    return c.total() * 2
+
+
 def user_class_instantiated(x):
     p = Point(x * 2, 2.0)
+    return p.t * p.k
+
+
+def user_object_mutated(x):
+    p = Point(x, 2.0)
+    p.k = p.k + 1
+    p.t = p.t * p.k
+    return p.t - 1
+
+
+def user_object_across_break(x):
+    p = Point(x * 2, 3.0)
+    p.k = p.k + 1
+    s = x.sum().item()
+    p.t = p.t + s
     return p.t * p.k
 
 
@@ -420,12 +467,18 @@ CASES = [
     (builtin_passed_as_function, (X,), 1, ONE),
     (function_from_dict, (X,), 1, ONE),
     (functools_wraps_decorator, (X,), 1, ONE),
-    (functools_partial_created, (X,), 3, CALL),
-    (functools_partial_global, (X,), 3, CALL),
-    (super_method_call, (X,), 3, CALL),
-    (user_class_instantiated, (X,), 2, CALL),
+    (functools_partial_created, (X,), 1, ONE),
+    (functools_partial_global, (X,), 1, ONE),
+    (functools_partial_of_torch_function, (X,), 1, ONE),
+    (super_method_call, (X,), 1, ONE),
+    (super_method_on_object_made_in_trace, (X,), 1, ONE),
+    (super_init_in_trace, (X,), 1, ONE),
+    (user_class_instantiated, (X,), 1, ONE),
+    (user_object_mutated, (X,), 1, ONE),
+    # the object lives on across the .item() break: rebuilt at the exit, read back after it
+    (user_object_across_break, (X,), 2, CALL),
     (user_object_argument, (X, Point(rand(3, 4, seed=1), 3.0)), 1, ONE),
-    (dataclass_instantiated, (X,), 2, CALL),
+    (dataclass_instantiated, (X,), 1, ONE),
     (dataclass_global_fields, (X,), 1, ONE),
     (dataclass_holding_tensor, (X, Holder(rand(3, 4, seed=2))), 1, ONE),
     (dataclasses_replace, (X,), 2, CALL),
@@ -435,3 +488,36 @@ CASES = [
 @pytest.mark.parametrize("fn,args,graphs,exits", CASES, ids=[c[0].__name__ for c in CASES])
 def test_call_construct(fn, args, graphs, exits):
     check(fn, *args, graphs=graphs, exits=exits)
+
+
+def fields(obj):
+    """An object as its type and attributes, for same()."""
+    return type(obj), dict(vars(obj))
+
+
+def returns_dataclass(x):
+    y = x * 2
+    return Holder(y + 1, 3.0)
+
+
+def returns_user_object(x):
+    p = Point(x, 2.0)
+    p.t = p.t * p.k
+    return p
+
+
+@pytest.mark.parametrize("fn", [returns_dataclass, returns_user_object])
+def test_object_made_in_trace_escapes(fn):
+    """An object made in the trace and returned is rebuilt at the exit: same type, same fields
+    as eager's, a fresh object on every call."""
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    outs = []
+    for seed in (0, 1):
+        x = rand(3, 4, seed=seed)
+        out, expected = compiled(x.clone()), fn(x.clone())
+        assert same(fields(out), fields(expected))
+        outs.append(out)
+    assert outs[0] is not outs[1]
+    assert counter.frame_count == 1
+    assert {r["exit"] for r in regions(fn)} == ONE

@@ -212,6 +212,16 @@ def set_comprehension(x):
     return x * len(s)
 
 
+def dict_comprehension_of_tensors(x):
+    d = {i: x * i for i in range(3)}
+    return torch.stack([d[k] for k in d]) + d[2]
+
+
+def generator_expression_in_builtins(x, n):
+    flags = any(i > n for i in range(3)), all(i >= 0 for i in range(3))
+    return x * max(i * n for i in range(3)) + len(tuple(str(i) for i in range(n))), flags
+
+
 def nested_comprehension(x):
     rows = [[x * i + j for j in range(2)] for i in range(3)]
     return torch.stack([torch.stack(r) for r in rows])
@@ -338,6 +348,14 @@ def list_pop_insert(x):
     return torch.stack(out)
 
 
+def list_reverse_copy_clear(x):
+    out = [x, x + 1, x + 2]
+    out.reverse()
+    kept = out.copy()
+    out.clear()
+    return torch.stack(kept), len(out)
+
+
 def list_index_count(x):
     ks = [1, 2, 2, 3]
     return x * ks.index(3) + ks.count(2)
@@ -368,6 +386,14 @@ def dict_update_and_keys(x):
     return torch.stack([d[k] for k in d.keys()])
 
 
+def dict_update_from_dict(x):
+    d = {"a": x}
+    d.update({"b": x * 2, "a": x + 1})
+    e = d.copy()
+    e["c"] = x * 3
+    return d["a"] + d["b"] + e["c"], len(d), len(e)
+
+
 def dict_pop_setdefault(x):
     d = {"a": x, "b": x * 2}
     a = d.pop("a")
@@ -383,6 +409,13 @@ def dict_in_and_len(x):
 def starred_unpacking(x):
     first, *rest = [x, x * 2, x * 3]
     return first + torch.stack(rest).sum(0)
+
+
+def starred_in_loop_target(x):
+    out = x
+    for first, *rest in [(1, 2, 3), (4, 5)]:
+        out = out * first + sum(rest)
+    return out
 
 
 def starred_in_middle(x):
@@ -426,14 +459,13 @@ CASES = [
     (for_range_start_stop_step, (X,), 1, ONE),
     (for_over_list, (X,), 1, ONE),
     (for_over_tuple_of_tensors, (X,), 1, ONE),
-    # dict views and iterating a dict break: the runtime steps the loop
-    (for_dict_items, (X,), 3, {"call", "iterate", "return"}),
-    (for_dict_keys, (X,), 3, {"call", "iterate", "return"}),
-    # the float values reach the body as inputs: one body graph serves all
-    (for_dict_values, (X,), 1, {"call", "iterate", "return"}),
+    # dict views of a global dict are unrolled (its keys are guarded)
+    (for_dict_items, (X,), 1, ONE),
+    (for_dict_keys, (X,), 1, ONE),
+    (for_dict_values, (X,), 1, ONE),
+    # iterating the dict itself still breaks: the runtime steps the loop
     (for_dict_directly, (X,), 3, {"iterate", "return"}),
-    # enumerate(start=) is performed by the runtime
-    (for_enumerate_start, (X,), 1, {"call", "iterate", "return"}),
+    (for_enumerate_start, (X,), 1, ONE),
     (for_zip, (X,), 1, ONE),
     (for_reversed, (X,), 1, ONE),
     (for_nested_loops, (X,), 1, ONE),
@@ -443,23 +475,22 @@ CASES = [
     (for_continue, (X,), 1, ONE),
     (for_else, (X,), 1, ONE),
     (list_comprehension_with_filter, (X,), 1, ONE),
-    (dict_comprehension, (X,), 2, {"call", "iterate", "return"}),
+    (dict_comprehension, (X,), 1, ONE),
+    (dict_comprehension_of_tensors, (X,), 1, ONE),
     # BUILD_SET is not traced: the set comprehension is called
     (set_comprehension, (X,), 1, CALL),
     (nested_comprehension, (X,), 1, ONE),
-    # generator expressions are called, never traced
-    (generator_expression_in_sum, (X,), 1, CALL),
+    # generator expressions consumed by a builtin are run while tracing
+    (generator_expression_in_sum, (X,), 1, ONE),
+    (generator_expression_in_builtins, (X, 2), 1, ONE),
     (any_all_on_bools, (X,), 1, ONE),
-    # sum() over tensors is performed by the runtime
-    (sum_of_tensor_list, (X,), 1, CALL),
+    (sum_of_tensor_list, (X,), 1, ONE),
     (min_max_of_numbers, (X,), 1, ONE),
     (min_max_of_shapes, (X,), 1, ONE),
     (len_of_list, (X,), 1, ONE),
     (isinstance_single_type, (X, 3), 1, ONE),
-    # isinstance() with a tuple of types is performed by the runtime
-    (isinstance_tuple_of_types, (X, 3), 1, CALL),
-    # isinstance() of a tensor breaks (logged as "needs its data", though it does not)
-    (isinstance_of_tensor, (X,), 1, CALL),
+    (isinstance_tuple_of_types, (X, 3), 1, ONE),
+    (isinstance_of_tensor, (X,), 1, ONE),
     (type_check, (X, 3), 1, ONE),
     # getattr() / hasattr() are performed by the runtime
     (getattr_with_default, (X,), 2, CALL),
@@ -472,21 +503,25 @@ CASES = [
     (math_on_constants, (X,), 1, ONE),
     (math_on_shapes, (X,), 1, ONE),
     (list_append_extend, (X,), 1, ONE),
-    # list.pop/insert/index/count are performed by the runtime
-    (list_pop_insert, (X,), 2, CALL),
-    (list_index_count, (X,), 2, CALL),
+    # list methods on a list made in the trace
+    (list_pop_insert, (X,), 1, ONE),
+    (list_reverse_copy_clear, (X,), 1, ONE),
+    (list_index_count, (X,), 1, ONE),
     (list_slice_and_concat, (X,), 1, ONE),
     # `+` on lists holding tensors is not traced: CPython runs the frame from there
     (list_concat_of_tensors, (X,), 1, {"deopt"}),
     (tuple_index_count, (X,), 1, ONE),
     (dict_get_with_default, (X,), 1, ONE),
-    # dict.update/pop/setdefault are performed by the runtime
-    (dict_update_and_keys, (X,), 2, {"call", "iterate", "return"}),
-    (dict_pop_setdefault, (X,), 3, CALL),
+    # dict.update with keyword arguments (or pairs) is still performed by the runtime
+    (dict_update_and_keys, (X,), 2, CALL),
+    # dict methods on a dict made in the trace
+    (dict_update_from_dict, (X,), 1, ONE),
+    (dict_pop_setdefault, (X,), 1, ONE),
     (dict_in_and_len, (X,), 1, ONE),
-    # UNPACK_EX (a, *b = ...) is not traced: CPython finishes the frame
-    (starred_unpacking, (X,), 1, {"deopt"}),
-    (starred_in_middle, (X,), 0, {"deopt"}),
+    # UNPACK_EX (a, *b = ...)
+    (starred_unpacking, (X,), 1, ONE),
+    (starred_in_middle, (X,), 1, ONE),
+    (starred_in_loop_target, (X,), 1, ONE),
     (nested_tuple_unpacking, (X,), 1, ONE),
     (star_into_list_display, (X,), 1, ONE),
     (swap_by_tuple_assignment, (X,), 1, ONE),

@@ -274,6 +274,17 @@ class Attention(nn.Module):
         return out, weights
 
 
+class MaskedAttention(nn.Module):
+    def __init__(self, need_weights=True):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(8, 2)
+        self.need_weights = need_weights
+
+    def forward(self, x, mask):
+        out, _ = self.mha(x, x, x, attn_mask=mask, need_weights=self.need_weights)
+        return out
+
+
 class LSTMStep(nn.Module):
     def __init__(self):
         super().__init__()
@@ -296,6 +307,7 @@ class GRUStep(nn.Module):
 X = rand(2, 4)
 IMG = rand(2, 3, 6, 6)
 SEQ = rand(2, 3, 5)
+CAUSAL = torch.triu(torch.ones(3, 3, dtype=torch.bool), 1)
 
 CASES = [
     # (id, make the module, arguments, graphs, region exits of its forward)
@@ -303,18 +315,13 @@ CASES = [
     ("nested_submodules", NestedSubmodules, (X,), 1, ONE),
     ("modulelist_for", ModuleListLoop, (X,), 1, ONE),
     ("modulelist_index", ModuleListIndex, (X,), 1, ONE),
-    # enumerate() over a ModuleList is performed by the runtime, one region per step
-    ("modulelist_enumerate", ModuleListEnumerate, (X,), 3, {"call", "iterate", "return"}),
-    # len() of a ModuleList is a call the runtime performs
-    ("modulelist_len", ModuleListLen, (X,), 1, {"call", "return"}),
-    # slicing a ModuleList: CPython runs the whole forward
-    ("modulelist_slice", ModuleListSlice, (X,), 0, {"deopt"}),
-    # ModuleDict.items()/values()/keys() and the loops over them break; storing into the dict
-    # made before the loop's break deopts
-    ("moduledict_items", ModuleDictItems, (X,), 1, {"call", "iterate", "deopt"}),
+    ("modulelist_enumerate", ModuleListEnumerate, (X,), 1, ONE),
+    ("modulelist_len", ModuleListLen, (X,), 1, ONE),
+    ("modulelist_slice", ModuleListSlice, (X,), 1, ONE),
+    ("moduledict_items", ModuleDictItems, (X,), 1, ONE),
     ("moduledict_key", ModuleDictKey, (X,), 1, ONE),
-    ("moduledict_values", ModuleDictValues, (X,), 0, {"call", "iterate", "return"}),
-    ("moduledict_keys", ModuleDictKeys, (X,), 1, {"call", "iterate", "return"}),
+    ("moduledict_values", ModuleDictValues, (X,), 1, ONE),
+    ("moduledict_keys", ModuleDictKeys, (X,), 1, ONE),
     ("sequential_call", SequentialCall, (X,), 1, ONE),
     ("sequential_index", SequentialIndex, (X,), 1, ONE),
     ("sequential_iterate", SequentialIterate, (X,), 1, ONE),
@@ -339,9 +346,13 @@ CASES = [
     ("groupnorm", lambda: Wrapped(nn.GroupNorm(1, 3)), (IMG,), 1, ONE),
     ("dropout_eval", lambda: Wrapped(nn.Dropout(0.5).eval()), (X,), 1, ONE),
     ("embedding", lambda: Wrapped(nn.Embedding(10, 4)), (torch.tensor([[1, 2], [3, 9]]),), 1, ONE),
-    # MultiheadAttention.forward breaks inside (a meta_failure calling
-    # F._none_or_dtype with a device= keyword) and runs uncompiled
-    ("multihead_attention", Attention, (rand(2, 3, 8),), 0, {"call", "return"}),
+    # MultiheadAttention.forward: torch.nn.functional's private helpers are inlined
+    ("multihead_attention", Attention, (rand(2, 3, 8),), 1, ONE),
+    ("multihead_attention_masked", MaskedAttention, (rand(3, 2, 8), CAUSAL), 1, ONE),
+    # need_weights=False: F.multi_head_attention_forward is not inlined and its meta run returns
+    # (tensor, None), so the runtime calls the layer and nothing is left to compile
+    ("multihead_attention_no_weights", lambda: MaskedAttention(need_weights=False),
+     (rand(3, 2, 8), CAUSAL), 0, {"call", "return"}),
     ("lstm_cell", LSTMStep, (X,), 1, ONE),
     ("gru_cell", GRUStep, (X, rand(2, 6, seed=1)), 1, ONE),
 ]
