@@ -53,6 +53,7 @@ class GuardSet {
   std::string to_string(const SourceTable& sources) const;
 
   size_t size() const { return guards_.size() + 1; }  // + the global torch state
+  const GlobalTorchState& entry_state() const { return global_; }
 
   // Tensor guards check rank, dtype, device, requires_grad and type but no sizes or strides:
   // for a trace that read no size into Python, handed to a backend that runs any size.

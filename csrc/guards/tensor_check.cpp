@@ -102,6 +102,10 @@ std::string tensor_spec_text(const TensorSpec& spec) {
   return out.str();
 }
 
+void restore_global_torch_state(const GlobalTorchState& state) {
+  c10::GradMode::set_enabled(state.grad_enabled);
+}
+
 void append_tensor_key(PyObject* obj, std::string& key) {
   const at::Tensor& t = THPVariable_Unpack(obj);
   key += 'T';

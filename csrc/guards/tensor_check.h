@@ -63,6 +63,8 @@ struct GlobalTorchState {
   int8_t default_dtype = 0;
 };
 GlobalTorchState current_global_torch_state();
+// Sets the grad mode back to `state`'s (the default dtype is never changed by a graph).
+void restore_global_torch_state(const GlobalTorchState& state);
 inline bool operator==(const GlobalTorchState& a, const GlobalTorchState& b) {
   return a.grad_enabled == b.grad_enabled && a.default_dtype == b.default_dtype;
 }

@@ -339,6 +339,11 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
     PauseScope pause;
     outputs = PyObject_Vectorcall(region.compiled.ptr(), args, n, nullptr);  // New
   }
+  if (outputs == nullptr) {
+    // A graph that raised inside a `with torch.no_grad()` it entered: the frame resumes at the
+    // region's entry, so the thread's grad mode must be the entry's again.
+    restore_global_torch_state(region.guards.entry_state());
+  }
   for (PyObject* o : owned) Py_DECREF(o);
   if (outputs != nullptr && !PyTuple_Check(outputs) && !PyList_Check(outputs)) {
     PyErr_Format(PyExc_TypeError,

@@ -298,7 +298,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return nullptr;
   }
   // A method loaded by LOAD_METHOD: args[0] is self.
-  if (fn->kind == VKind::kObject && fn->method == kNewObject) {
+  if (fn->kind == VKind::kObject && fn->method == kGradModeExit) return exit_with(fn, args);
+  if (fn->kind == VKind::kObject && (fn->method == kNewObject || fn->method == kGradModeManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of an object made in the trace");
   }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
@@ -376,6 +377,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (is_module(callable)) {
     inline_module_call(fn, std::move(args), std::move(kwargs));
     return nullptr;
+  }
+  if (is_grad_mode_manager_class(callable) && args.empty() && kwargs.empty()) {
+    return grad_mode_manager(callable);
   }
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();

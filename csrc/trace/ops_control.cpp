@@ -81,6 +81,8 @@ void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pop
 
 }  // namespace
 
+void op_before_with(Tracer& t, const Instr&) { t.enter_with(t.pop()); }
+
 void register_control_ops(HandlerTable& table) {
   auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
   set(Op::JUMP_FORWARD, op_jump);
@@ -101,6 +103,7 @@ void register_control_ops(HandlerTable& table) {
   set(Op::JUMP_IF_TRUE_OR_POP, op_jump_or_pop<true>);
   set(Op::JUMP_IF_FALSE_OR_POP, op_jump_or_pop<false>);
   set(Op::GET_ITER, op_get_iter);
+  set(Op::BEFORE_WITH, op_before_with);
   set(Op::FOR_ITER, op_for_iter);
   set(Op::END_FOR, op_end_for);
 }

@@ -133,6 +133,17 @@ void Tracer::wrap_entry_stack() {
 }
 
 void Tracer::run() {
+  // However the trace ends, the thread's grad mode is what it was (with blocks switch it).
+  struct RestoreGradMode {
+    Tracer* tracer;
+    ~RestoreGradMode() {
+      try {
+        tracer->restore_grad_mode();
+      } catch (...) {
+        PyErr_Clear();
+      }
+    }
+  } restore{this};
   const HandlerTable& table = handlers();
   wrap_entry_stack();
   while (!finished_) {
@@ -498,6 +509,13 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         if (value->memo < 0) value->memo = exit_.memo_size++;
         r.memo = value->memo;
         return r;
+      }
+      if (value->method == kGradModeManager) {  // a fresh, not yet entered manager
+        return Rebuild::call(py::reinterpret_borrow<py::object>(
+                                 reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});
+      }
+      if (value->method == kGradModeExit) {  // the __exit__ of a block the region ends inside
+        return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }
       if (value->method == kSuper) {  // super() kept across the exit: super(cls, self)
         return Rebuild::call(py::module_::import("builtins").attr("super"),

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -136,6 +137,13 @@ class Tracer {
   // super() in a method: a real super object for (__class__, the first argument), whose
   // attributes bind to the traced first argument (access.cpp).
   ValuePtr zero_arg_super();
+  // grad_mode.cpp: `with torch.no_grad()` / `enable_grad()` traced into the graph.
+  static bool is_grad_mode_manager_class(py::handle callable);
+  ValuePtr grad_mode_manager(py::handle cls);
+  void enter_with(const ValuePtr& manager);
+  ValuePtr exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& args);
+  void switch_grad_mode(bool enabled);
+  void restore_grad_mode();  // the real mode as it was before the trace switched it
   // cls(*args, **kwargs) for a plain user class (objects.cpp): a kNewObject value, its __init__
   // (`init`, or None-like object.__init__) inlined with it as self. Pushes the object.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
@@ -205,6 +213,7 @@ class Tracer {
   ValuePtr load_source(Source source);
 
  private:
+  std::optional<bool> grad_at_start_;  // set once the trace switched the real grad mode
   std::string size_read_;  // the first way a size was read, "" if none
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);

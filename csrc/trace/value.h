@@ -45,6 +45,12 @@ inline constexpr const char* kNewObject = "<new object>";
 // (__class__ of the method), bound_self the method's first argument.
 inline constexpr const char* kSuper = "<super>";
 
+// Value::method of torch.no_grad() / torch.enable_grad() made in the trace (obj: the real,
+// not yet entered manager), and of the __exit__ a `with` on one pushes (obj: the grad mode it
+// restores, a bool). See grad_mode.cpp.
+inline constexpr const char* kGradModeManager = "<grad mode manager>";
+inline constexpr const char* kGradModeExit = "<grad mode exit>";
+
 struct Value {
   VKind kind = VKind::kConst;
   int source = -1;           // slot in the trace's SourceTable, -1 if made during the trace

@@ -297,6 +297,15 @@ def resolve_new_object_attribute(cls, name: str):
     return ("class_value", found)
 
 
+def grad_mode_exit(restore: bool):
+    """The __exit__ of a `with torch.no_grad()` / `enable_grad()` block entered inside a graph
+    and left by CPython or a later region: restores the grad mode, lets exceptions through."""
+    def __exit__(*exc_info):
+        torch._C._set_grad_enabled(restore)
+        return False
+    return __exit__
+
+
 def new_object(cls, names, *values):
     """The real object for an instance the trace made: cls's instance with these attributes."""
     obj = object.__new__(cls)

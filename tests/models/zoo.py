@@ -147,3 +147,10 @@ ZOO = {
     "lstm_loop": LSTMCellLoop,
     "embedding_classifier": EmbeddingClassifier,
 }
+
+
+def run_seeded(model, args, seed=0):
+    """model(*args) after seeding torch's generator, so dropout draws the same mask in a compiled
+    and an eager run."""
+    torch.manual_seed(seed)
+    return model(*args)

@@ -12,11 +12,7 @@ from framejit.testing import CompileCounter, regions, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.zoo import ZOO  # noqa: E402
-
-
-def run(model, args, seed=0):
-    torch.manual_seed(seed)  # dropout draws the same mask in both runs
-    return model(*args)
+from models.zoo import run_seeded as run  # noqa: E402
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])

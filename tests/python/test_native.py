@@ -17,6 +17,7 @@ from framejit.testing import CompileCounter, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from models.zoo import ZOO  # noqa: E402
+from models.zoo import run_seeded as run  # noqa: E402
 import test_straight_line as straight  # noqa: E402
 
 
@@ -25,11 +26,6 @@ def lowered(counter):
     programs = sum(fn.variants[0] for fn in counter.compiled)
     fallbacks = sum(fn.variants[1] for fn in counter.compiled)
     return programs, fallbacks
-
-
-def run(model, args, seed=0):
-    torch.manual_seed(seed)  # dropout draws the same mask in both runs
-    return model(*args)
 
 
 @pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])

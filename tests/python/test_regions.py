@@ -146,18 +146,38 @@ def raises_in_with(x):
         return z, str(e), torch.is_grad_enabled()
 
 
-def test_with_block_is_entered_by_the_runtime_and_its_body_compiled():
+def test_no_grad_block_is_one_graph_with_grad_mode_switches():
     counter = CompileCounter()
     compiled = framejit.compile(uses_with, backend=counter)
     x = torch.ones(2, requires_grad=True)
     for _ in range(3):
         out = compiled(x)
         assert same(out, uses_with(x)) and not out.requires_grad and torch.is_grad_enabled()
-    # y = x * 2 | torch.no_grad() made | entered | z = y + 1 under no_grad | __exit__ | return z
-    assert [(r["kind"], r["exit"]) for r in regions(uses_with)] == [
+    assert [(r["kind"], r["exit"]) for r in regions(uses_with)] == [("compiled", "return")]
+    assert counter.frame_count == 1
+    code = counter.graphs[0].code
+    assert code.count("torch._C._set_grad_enabled(False)") == 1
+    assert code.count("torch._C._set_grad_enabled(True)") == 1
+
+
+def uses_inference_mode(x):
+    y = x * 2
+    with torch.inference_mode():
+        z = y + 1
+    return z
+
+
+def test_other_with_blocks_are_entered_by_the_runtime_and_their_body_compiled():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_inference_mode, backend=counter)
+    x = torch.ones(2)
+    for _ in range(3):
+        out = compiled(x)
+        assert same(out, uses_inference_mode(x)) and out.is_inference()
+    # y = x * 2 | inference_mode() made | entered | z = y + 1 | __exit__ | return z
+    assert [(r["kind"], r["exit"]) for r in regions(uses_inference_mode)] == [
         ("compiled", "call"), ("compiled", "with"), ("compiled", "call"), ("compiled", "return")]
     assert counter.frame_count == 2
-    assert "grad_enabled=False" in regions(uses_with)[2]["guards"]
 
 
 def test_exception_inside_with_runs_exit_and_handler():

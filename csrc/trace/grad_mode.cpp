@@ -1,0 +1,69 @@
+// `with torch.no_grad():` / `with torch.enable_grad():` inside one graph: entering records
+// torch._C._set_grad_enabled(mode) and switches the real mode while the body is traced (so meta
+// results get eager's requires_grad); the block's __exit__ call records the switch back. A region
+// that ends inside the body leaves a real __exit__ on the stack (_support.grad_mode_exit).
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+namespace {
+
+bool real_grad_enabled() {
+  return PyRefs::get().torch.attr("is_grad_enabled")().cast<bool>();
+}
+
+}  // namespace
+
+ValuePtr Tracer::grad_mode_manager(py::handle cls) {
+  auto value = std::make_shared<Value>();
+  value->kind = VKind::kObject;
+  value->obj = py::reinterpret_borrow<py::object>(cls)();  // no_grad() / enable_grad(): no effect yet
+  value->method = kGradModeManager;
+  return value;
+}
+
+bool Tracer::is_grad_mode_manager_class(py::handle callable) {
+  py::object torch = PyRefs::get().torch;
+  return callable.ptr() == torch.attr("no_grad").ptr() || callable.ptr() == torch.attr("enable_grad").ptr();
+}
+
+void Tracer::switch_grad_mode(bool enabled) {
+  py::object set_grad = PyRefs::get().torch.attr("_C").attr("_set_grad_enabled");
+  locate(graph_.add_call(NodeKind::kCallFunction, set_grad, "torch._C._set_grad_enabled", "",
+                         {Arg::constant(py::bool_(enabled))}, {}, py::none(), {}, false,
+                         instr().line, "set_grad_enabled"));
+  if (!grad_at_start_) grad_at_start_ = real_grad_enabled();
+  set_grad(enabled);
+}
+
+void Tracer::restore_grad_mode() {
+  if (!grad_at_start_) return;
+  PyRefs::get().torch.attr("_C").attr("_set_grad_enabled")(*grad_at_start_);
+  grad_at_start_.reset();
+}
+
+void Tracer::enter_with(const ValuePtr& manager) {
+  if (manager->kind != VKind::kObject || manager->method != kGradModeManager) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it", manager->describe());
+  }
+  const bool enabled = PyObject_IsInstance(manager->obj.ptr(), PyRefs::get().torch.attr("enable_grad").ptr()) == 1;
+  auto exit = std::make_shared<Value>();
+  exit->kind = VKind::kObject;
+  exit->obj = py::bool_(real_grad_enabled());  // the mode __exit__ restores
+  exit->method = kGradModeExit;
+  switch_grad_mode(enabled);
+  push(exit);
+  push(Value::constant(py::none()));  // what __enter__ returns
+}
+
+ValuePtr Tracer::exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& args) {
+  for (const ValuePtr& arg : args) {
+    if (!arg->is_const() || !arg->obj.is_none()) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "__exit__ of a grad-mode block with an exception");
+    }
+  }
+  switch_grad_mode(exit->obj.cast<bool>());
+  return Value::constant(py::none());
+}
+
+}  // namespace framejit
