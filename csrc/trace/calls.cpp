@@ -299,8 +299,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   // A method loaded by LOAD_METHOD: args[0] is self.
   if (fn->kind == VKind::kObject && fn->method == kGradModeExit) return exit_with(fn, args);
-  if (fn->kind == VKind::kObject && (fn->method == kNewObject || fn->method == kGradModeManager)) {
-    FJ_UNSUPPORTED(kUnsupportedCall, "call of an object made in the trace");
+  if (fn->kind == VKind::kObject && fn->method == kNewObject) {
+    return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
+  }
+  if (fn->kind == VKind::kObject && fn->method == kGradModeManager) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
     const std::string& name = fn->method;
@@ -380,6 +383,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (is_grad_mode_manager_class(callable) && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
+  }
+  if (py::object cls = refs.support.attr("grad_mode_clone_class")(callable); !cls.is_none()) {
+    return grad_mode_manager(cls);  // ctx_factory() in a @torch.no_grad() wrapper
+  }
+  if (PyFunction_Check(callable.ptr()) &&
+      refs.support.attr("is_grad_mode_decorator_wrapper")(callable).cast<bool>()) {
+    // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():
+    // return func(*args, **kwargs)`) is traced like user code.
+    inline_call(fn, callable, std::move(args), std::move(kwargs));
+    return nullptr;
   }
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();
@@ -526,6 +539,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->kind == VKind::kObject && PyType_Check(callable.ptr()) &&
       callable.ptr() == refs.size_type.ptr() && all_constant(args, kwargs)) {
     return constant_result(call_python(callable, args, kwargs), "torch.Size");
+  }
+  if (fn->kind == VKind::kObject && fn->source >= 0 && !PyType_Check(callable.ptr()) &&
+      refs.support.attr("resolve_attribute")(callable, "__call__")[py::int_(0)].cast<std::string>() == "function") {
+    // An instance of a user class with __call__: its method, bound to it.
+    return call(attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "call to {} is not traced yet", callable_name(callable));
 }

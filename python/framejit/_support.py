@@ -297,6 +297,35 @@ def resolve_new_object_attribute(cls, name: str):
     return ("class_value", found)
 
 
+def _grad_mode_classes():
+    return (torch.no_grad, torch.enable_grad)
+
+
+def grad_mode_clone_class(fn):
+    """For ``ctx_factory`` of a @torch.no_grad() / @torch.enable_grad() wrapper (the manager's
+    bound ``clone``): the manager's class, else None."""
+    owner = getattr(fn, "__self__", None)
+    if (isinstance(fn, types.MethodType) and type(owner) in _grad_mode_classes()
+            and fn.__func__ is torch.autograd.grad_mode._DecoratorContextManager.clone):
+        return type(owner)
+    return None
+
+
+def is_grad_mode_decorator_wrapper(fn) -> bool:
+    """Whether fn is torch's wrapper of a function decorated with @torch.no_grad() or
+    @torch.enable_grad() (torch/utils/_contextlib.py, context_decorator)."""
+    code = fn.__code__
+    if code.co_qualname != "context_decorator.<locals>.decorate_context" or not fn.__closure__:
+        return False
+    cells = dict(zip(code.co_freevars, fn.__closure__))
+    try:
+        factory = cells["ctx_factory"].cell_contents
+        wrapped = cells["func"].cell_contents
+    except (KeyError, ValueError):
+        return False
+    return grad_mode_clone_class(factory) is not None and isinstance(wrapped, types.FunctionType)
+
+
 def grad_mode_exit(restore: bool):
     """The __exit__ of a `with torch.no_grad()` / `enable_grad()` block entered inside a graph
     and left by CPython or a later region: restores the grad mode, lets exceptions through."""

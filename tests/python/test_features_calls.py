@@ -453,7 +453,7 @@ CASES = [
     (property_read, (X,), 1, ONE),
     (class_attribute_read, (X,), 1, ONE),
     (inherited_method, (X,), 1, ONE),
-    (callable_object, (X,), 3, CALL),
+    (callable_object, (X,), 1, ONE),
     (closure_reads_cell, (X,), 1, ONE),
     (closure_over_tensor, (X,), 1, ONE),
     (closure_nonlocal_write, (X,), 1, ONE),
