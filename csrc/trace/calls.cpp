@@ -302,7 +302,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->kind == VKind::kObject && fn->method == kNewObject) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
-  if (fn->kind == VKind::kObject && fn->method == kGradModeManager) {
+  if (fn->kind == VKind::kObject && (fn->method == kGradModeManager || fn->method == kGradModeSet)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
@@ -383,6 +383,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (is_grad_mode_manager_class(callable) && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
+  }
+  if (callable.ptr() == refs.torch.attr("set_grad_enabled").ptr() && kwargs.empty()) {
+    return set_grad_enabled_call(args);
   }
   if (py::object cls = refs.support.attr("grad_mode_clone_class")(callable); !cls.is_none()) {
     return grad_mode_manager(cls);  // ctx_factory() in a @torch.no_grad() wrapper

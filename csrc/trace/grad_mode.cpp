@@ -22,6 +22,20 @@ ValuePtr Tracer::grad_mode_manager(py::handle cls) {
   return value;
 }
 
+ValuePtr Tracer::set_grad_enabled_call(const std::vector<ValuePtr>& args) {
+  if (args.size() != 1 || !args[0]->is_const() || !PyBool_Check(args[0]->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "torch.set_grad_enabled with a mode not known at trace time");
+  }
+  const bool prev = real_grad_enabled();
+  const bool mode = args[0]->obj.cast<bool>();
+  switch_grad_mode(mode);
+  auto value = std::make_shared<Value>();
+  value->kind = VKind::kObject;
+  value->obj = py::make_tuple(py::bool_(prev), py::bool_(mode));
+  value->method = kGradModeSet;
+  return value;
+}
+
 bool Tracer::is_grad_mode_manager_class(py::handle callable) {
   py::object torch = PyRefs::get().torch;
   return callable.ptr() == torch.attr("no_grad").ptr() || callable.ptr() == torch.attr("enable_grad").ptr();
@@ -43,6 +57,18 @@ void Tracer::restore_grad_mode() {
 }
 
 void Tracer::enter_with(const ValuePtr& manager) {
+  if (manager->kind == VKind::kObject && manager->method == kGradModeSet) {
+    // `with torch.set_grad_enabled(mode):` switched when it was made; __enter__ sets it again,
+    // __exit__ restores the mode from before it was made.
+    auto exit = std::make_shared<Value>();
+    exit->kind = VKind::kObject;
+    exit->obj = manager->obj[py::int_(0)];
+    exit->method = kGradModeExit;
+    switch_grad_mode(manager->obj[py::int_(1)].cast<bool>());
+    push(exit);
+    push(Value::constant(py::none()));
+    return;
+  }
   if (manager->kind != VKind::kObject || manager->method != kGradModeManager) {
     FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it", manager->describe());
   }

@@ -514,6 +514,10 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(py::reinterpret_borrow<py::object>(
                                  reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});
       }
+      if (value->method == kGradModeSet) {  // made (and switched) in the trace, not yet entered
+        return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
+                             {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});
+      }
       if (value->method == kGradModeExit) {  // the __exit__ of a block the region ends inside
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }

@@ -140,6 +140,7 @@ class Tracer {
   // grad_mode.cpp: `with torch.no_grad()` / `enable_grad()` traced into the graph.
   static bool is_grad_mode_manager_class(py::handle callable);
   ValuePtr grad_mode_manager(py::handle cls);
+  ValuePtr set_grad_enabled_call(const std::vector<ValuePtr>& args);
   void enter_with(const ValuePtr& manager);
   ValuePtr exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& args);
   void switch_grad_mode(bool enabled);

@@ -49,6 +49,8 @@ inline constexpr const char* kSuper = "<super>";
 // not yet entered manager), and of the __exit__ a `with` on one pushes (obj: the grad mode it
 // restores, a bool). See grad_mode.cpp.
 inline constexpr const char* kGradModeManager = "<grad mode manager>";
+// torch.set_grad_enabled(mode) called in the trace (it switches at once): obj is (prev, mode).
+inline constexpr const char* kGradModeSet = "<grad mode set>";
 inline constexpr const char* kGradModeExit = "<grad mode exit>";
 
 struct Value {

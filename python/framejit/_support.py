@@ -326,6 +326,13 @@ def is_grad_mode_decorator_wrapper(fn) -> bool:
     return grad_mode_clone_class(factory) is not None and isinstance(wrapped, types.FunctionType)
 
 
+def grad_mode_setter(prev: bool, mode: bool):
+    """A torch.set_grad_enabled(mode) object whose switch already happened (in a graph)."""
+    obj = object.__new__(torch.set_grad_enabled)
+    obj.prev, obj.mode = prev, mode
+    return obj
+
+
 def grad_mode_exit(restore: bool):
     """The __exit__ of a `with torch.no_grad()` / `enable_grad()` block entered inside a graph
     and left by CPython or a later region: restores the grad mode, lets exceptions through."""

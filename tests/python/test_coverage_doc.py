@@ -414,6 +414,13 @@ def ex_enable_grad(x):
     return y
 
 
+@example("with torch.set_grad_enabled(False):")
+def ex_set_grad_enabled(x):
+    with torch.set_grad_enabled(False):
+        y = x * 2
+    return y + x
+
+
 @example("with torch.inference_mode():")
 def ex_inference_mode(x):
     with torch.inference_mode():

@@ -282,7 +282,7 @@ CASES = [
     # autocast.__exit__ also breaks: a meta_failure (it is passed a device= keyword)
     (autocast_cpu_bfloat16, (X, rand(4, 5, seed=3)), 2, WITH),
     (autocast_disabled_inside_autocast, (rand(4, 4, seed=4),), 1, WITH),
-    (set_grad_enabled_false, (XG,), 1, WITH),
+    (set_grad_enabled_false, (XG,), 1, ONE),
     # a @torch.no_grad() function: its wrapper is traced, the grad switches are in the graph
     (no_grad_as_decorator_callee, (XG,), 1, ONE),
 ]
