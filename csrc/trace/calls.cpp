@@ -117,6 +117,9 @@ ValuePtr constant_result(py::object result, const std::string& what) {
   return Value::constant(std::move(result));
 }
 
+
+}  // namespace
+
 // Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
 const std::string& tensor_method_kind(const std::string& name) {
   static std::unordered_map<std::string, std::string> cache;
@@ -127,8 +130,6 @@ const std::string& tensor_method_kind(const std::string& name) {
   }
   return it->second;
 }
-
-}  // namespace
 
 py::object type_of(const ValuePtr& value) {
   auto borrow = [](PyTypeObject* type) {
@@ -297,7 +298,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     inline_call(fn, py::none(), std::move(args), std::move(kwargs));
     return nullptr;
   }
-  // A method loaded by LOAD_METHOD: args[0] is self.
+  // A method loaded by LOAD_METHOD: args[0] is self. A tensor method read by LOAD_ATTR carries
+  // its tensor as bound_self instead.
+  if (fn->kind == VKind::kObject && !fn->method.empty() && fn->bound_self &&
+      fn->bound_self->kind == VKind::kTensor) {
+    args.insert(args.begin(), fn->bound_self);
+  }
   if (fn->kind == VKind::kObject && fn->method == kGradModeExit) return exit_with(fn, args);
   if (fn->kind == VKind::kObject && fn->method == kNewObject) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));

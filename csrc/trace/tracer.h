@@ -79,6 +79,9 @@ ValuePtr wrap_unsourced(py::object value);
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 
+// Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
+const std::string& tensor_method_kind(const std::string& name);
+
 class Tracer {
  public:
   // Borrowed: code, frame (both must outlive the tracer). `frame.stack` is the value stack at
