@@ -16,6 +16,7 @@
 
 #include <pybind11/stl.h>
 
+#include <deque>
 #include <memory>
 
 namespace framejit::native {
@@ -150,7 +151,9 @@ struct NativeFunctionObject {
   vectorcallfunc vectorcall;
   PyObject* lower;     // Strong: lower(args: tuple) -> ProgramBuilder | None
   PyObject* fallback;  // Strong: runs the graph another way (the eager backend)
-  std::vector<Variant>* variants;
+  // A deque: lowering runs Python (which may let another thread in and add a variant), and a
+  // variant found before must stay where it is.
+  std::deque<Variant>* variants;
 };
 
 bool autocast_on() {
@@ -270,7 +273,7 @@ PyObject* make_native_function(PyObject* lower, PyObject* fallback) {
   self->vectorcall = native_call;
   self->lower = Py_NewRef(lower);
   self->fallback = Py_NewRef(fallback);
-  self->variants = new std::vector<Variant>();
+  self->variants = new std::deque<Variant>();
   PyObject_GC_Track(self);
   return reinterpret_cast<PyObject*>(self);
 }
