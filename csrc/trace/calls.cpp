@@ -406,6 +406,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();
   }
+  if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.size() == 2 &&
+      kwargs.empty() && (args[0]->kind == VKind::kObject || args[0]->kind == VKind::kConst) &&
+      PyType_Check(args[0]->obj.ptr()) && args[1]->kind == VKind::kObject) {
+    ValuePtr out = Value::object(args[0]->obj);  // super(C, self): as super() in C's methods
+    out->method = kSuper;
+    out->bound_self = args[1];
+    return out;
+  }
   if (ValuePtr partial = partial_call(fn, callable, args, kwargs)) {
     return partial->kind == VKind::kNull ? nullptr : partial;
   }

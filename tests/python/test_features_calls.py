@@ -119,6 +119,11 @@ class Cube(Shape):
     pass
 
 
+class OldStyleSquare(Shape):
+    def scale(self, t):
+        return super(OldStyleSquare, self).scale(t) - 1
+
+
 class Point:
     def __init__(self, t, k):
         self.t = t
@@ -153,6 +158,7 @@ class Child(Base):
 
 SHAPE = Shape(3.0)
 SQUARE = Square(2.0)
+OLD_STYLE_SQUARE = OldStyleSquare(3.0)
 CUBE = Cube(5.0)
 CONFIG = Config(0.5)
 OPS = {"add": torch.add, "one": add_one}
@@ -370,6 +376,10 @@ def super_method_call(x):
     return SQUARE.scale(x * 2) + 1
 
 
+def two_argument_super(x):
+    return OLD_STYLE_SQUARE.scale(x) * 2
+
+
 def super_method_on_object_made_in_trace(x):
     return Square(3.0).scale(x * 2) + 1
 
@@ -471,6 +481,7 @@ CASES = [
     (functools_partial_global, (X,), 1, ONE),
     (functools_partial_of_torch_function, (X,), 1, ONE),
     (super_method_call, (X,), 1, ONE),
+    (two_argument_super, (X,), 1, ONE),
     (super_method_on_object_made_in_trace, (X,), 1, ONE),
     (super_init_in_trace, (X,), 1, ONE),
     (user_class_instantiated, (X,), 1, ONE),
