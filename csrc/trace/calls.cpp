@@ -304,11 +304,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       fn->bound_self->kind == VKind::kTensor) {
     args.insert(args.begin(), fn->bound_self);
   }
-  if (fn->kind == VKind::kObject && fn->method == kGradModeExit) return exit_with(fn, args);
+  if (fn->kind == VKind::kObject && (fn->method == kGradModeExit || fn->method == kInferenceExit)) {
+    return exit_with(fn, args);
+  }
   if (fn->kind == VKind::kObject && fn->method == kNewObject) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
-  if (fn->kind == VKind::kObject && (fn->method == kGradModeManager || fn->method == kGradModeSet)) {
+  if (fn->kind == VKind::kObject && (fn->method == kGradModeManager || fn->method == kGradModeSet ||
+                                     fn->method == kInferenceManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
@@ -390,6 +393,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (is_grad_mode_manager_class(callable) && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
   }
+  if (callable.ptr() == refs.torch.attr("inference_mode").ptr()) return inference_mode_call(args, kwargs);
   if (callable.ptr() == refs.torch.attr("set_grad_enabled").ptr() && kwargs.empty()) {
     return set_grad_enabled_call(args);
   }

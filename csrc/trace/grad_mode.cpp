@@ -51,12 +51,66 @@ void Tracer::switch_grad_mode(bool enabled) {
 }
 
 void Tracer::restore_grad_mode() {
+  py::object exit_inference = PyRefs::get().torch.attr("autograd").attr("grad_mode").attr("_exit_inference_mode");
+  while (!inference_contexts_.empty()) {  // innermost first
+    exit_inference(inference_contexts_.back());
+    inference_contexts_.pop_back();
+  }
+  inference_sites_.clear();
   if (!grad_at_start_) return;
   PyRefs::get().torch.attr("_C").attr("_set_grad_enabled")(*grad_at_start_);
   grad_at_start_.reset();
 }
 
+ValuePtr Tracer::inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  ValuePtr mode = !args.empty() ? args[0] : (!kwargs.empty() ? kwargs[0].second : Value::constant(py::bool_(true)));
+  if (args.size() + kwargs.size() > 1 || (!kwargs.empty() && kwargs[0].first != "mode") ||
+      !mode->is_const() || !PyBool_Check(mode->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "torch.inference_mode with a mode not known at trace time");
+  }
+  auto value = std::make_shared<Value>();
+  value->kind = VKind::kObject;
+  value->obj = PyRefs::get().torch.attr("inference_mode")(mode->obj);  // no effect until entered
+  value->method = kInferenceManager;
+  return value;
+}
+
+void Tracer::enter_inference_mode(const ValuePtr& manager) {
+  const CallSite site{frame().code, instr().offset};
+  if (no_inline_ != nullptr && no_inline_->count(site)) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "with torch.inference_mode(): the runtime enters it (the region breaks inside)");
+  }
+  py::object grad_mode = PyRefs::get().torch.attr("autograd").attr("grad_mode");
+  py::object enter = grad_mode.attr("_enter_inference_mode");
+  py::object mode = manager->obj.attr("mode");
+  Node* node = graph_.add_call(NodeKind::kCallFunction, enter,
+                               "torch.autograd.grad_mode._enter_inference_mode", "",
+                               {Arg::constant(mode)}, {}, py::none(), {}, false, instr().line,
+                               "inference_mode");
+  locate(node);
+  if (!grad_at_start_) grad_at_start_ = real_grad_enabled();
+  py::object context = enter(mode);  // the real thread state while the body is traced
+  inference_contexts_.push_back(context);
+  inference_sites_.push_back(site);
+  auto exit = std::make_shared<Value>();
+  exit->kind = VKind::kObject;
+  exit->obj = context;
+  exit->node = node;
+  exit->method = kInferenceExit;
+  push(exit);
+  push(Value::constant(py::none()));
+}
+
+void Tracer::check_no_open_inference_block(const std::string& why) {
+  if (inference_sites_.empty()) return;
+  throw InlineBreak{inference_sites_.back(), why + " (inside `with torch.inference_mode()`)"};
+}
+
 void Tracer::enter_with(const ValuePtr& manager) {
+  if (manager->kind == VKind::kObject && manager->method == kInferenceManager) {
+    enter_inference_mode(manager);
+    return;
+  }
   if (manager->kind == VKind::kObject && manager->method == kGradModeSet) {
     // `with torch.set_grad_enabled(mode):` switched when it was made; __enter__ sets it again,
     // __exit__ restores the mode from before it was made.
@@ -87,6 +141,19 @@ ValuePtr Tracer::exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& ar
     if (!arg->is_const() || !arg->obj.is_none()) {
       FJ_UNSUPPORTED(kUnsupportedCall, "__exit__ of a grad-mode block with an exception");
     }
+  }
+  if (exit->method == kInferenceExit) {
+    FJ_CHECK(!inference_contexts_.empty() && inference_contexts_.back().is(exit->obj),
+             "inference_mode blocks exited out of order");
+    py::object leave = PyRefs::get().torch.attr("autograd").attr("grad_mode").attr("_exit_inference_mode");
+    locate(graph_.add_call(NodeKind::kCallFunction, leave,
+                           "torch.autograd.grad_mode._exit_inference_mode", "",
+                           {Arg::of(exit->node)}, {}, py::none(), {}, false, instr().line,
+                           "exit_inference_mode"));
+    leave(exit->obj);
+    inference_contexts_.pop_back();
+    inference_sites_.pop_back();
+    return Value::constant(py::none());
   }
   switch_grad_mode(exit->obj.cast<bool>());
   return Value::constant(py::none());

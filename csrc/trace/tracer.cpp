@@ -188,6 +188,7 @@ void Tracer::run() {
 }
 
 void Tracer::end_at(const Instr& ins, const Unsupported& why) {
+  check_no_open_inference_block(why.what());
   exit_.pc = ins.start;
   exit_.op_pc = ins.offset;
   exit_.next_pc = ins.next;
@@ -514,6 +515,11 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(py::reinterpret_borrow<py::object>(
                                  reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});
       }
+      if (value->method == kInferenceManager) {  // made in the trace, not yet entered
+        return Rebuild::call(PyRefs::get().torch.attr("inference_mode"),
+                             {Rebuild::constant(value->obj.attr("mode"))});
+      }
+      FJ_CHECK(value->method != kInferenceExit, "a region ends inside an in-graph inference_mode block");
       if (value->method == kGradModeSet) {  // made (and switched) in the trace, not yet entered
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
                              {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});

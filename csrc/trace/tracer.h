@@ -144,6 +144,11 @@ class Tracer {
   static bool is_grad_mode_manager_class(py::handle callable);
   ValuePtr grad_mode_manager(py::handle cls);
   ValuePtr set_grad_enabled_call(const std::vector<ValuePtr>& args);
+  ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  void enter_inference_mode(const ValuePtr& manager);
+  // A region may not end inside an in-graph inference_mode block: the trace is redone with that
+  // block left to the runtime (the site joins no_inline). Throws InlineBreak when one is open.
+  void check_no_open_inference_block(const std::string& why);
   void enter_with(const ValuePtr& manager);
   ValuePtr exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& args);
   void switch_grad_mode(bool enabled);
@@ -218,6 +223,8 @@ class Tracer {
 
  private:
   std::optional<bool> grad_at_start_;  // set once the trace switched the real grad mode
+  std::vector<CallSite> inference_sites_;  // open in-graph inference_mode blocks (BEFORE_WITH)
+  std::vector<py::object> inference_contexts_;  // their trace-time contexts, innermost last
   std::string size_read_;  // the first way a size was read, "" if none
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);

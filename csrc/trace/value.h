@@ -52,6 +52,10 @@ inline constexpr const char* kGradModeManager = "<grad mode manager>";
 // torch.set_grad_enabled(mode) called in the trace (it switches at once): obj is (prev, mode).
 inline constexpr const char* kGradModeSet = "<grad mode set>";
 inline constexpr const char* kGradModeExit = "<grad mode exit>";
+// torch.inference_mode(mode) made in the trace (obj: the real, not yet entered manager), and
+// the __exit__ its `with` pushes (obj: the trace-time context; node: the graph's enter node).
+inline constexpr const char* kInferenceManager = "<inference mode manager>";
+inline constexpr const char* kInferenceExit = "<inference mode exit>";
 
 struct Value {
   VKind kind = VKind::kConst;

@@ -69,9 +69,10 @@ def native(gm: torch.fx.GraphModule, example_inputs, rewrite=None):
 def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
     for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is torch._C._set_grad_enabled:
+        if node.op == "call_function" and node.target in (
+                torch._C._set_grad_enabled, torch.autograd.grad_mode._enter_inference_mode):
             # make_fx records below autograd: the aten program would lose the switch.
-            raise LoweringError("the graph switches grad mode (a `with torch.no_grad()` inside)")
+            raise LoweringError("the graph switches grad or inference mode (a `with` block inside)")
     aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
     _remove_dead_code(aten_gm.graph)
     return aten_gm

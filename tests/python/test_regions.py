@@ -160,24 +160,61 @@ def test_no_grad_block_is_one_graph_with_grad_mode_switches():
     assert code.count("torch._C._set_grad_enabled(True)") == 1
 
 
-def uses_inference_mode(x):
+class Recorder:
+    """A context manager of the user's: the runtime must enter and exit it once per call."""
+
+    def __init__(self):
+        self.events = []
+
+    def __enter__(self):
+        self.events.append("enter")
+        return self
+
+    def __exit__(self, *exc):
+        self.events.append("exit")
+        return False
+
+
+RECORDER = Recorder()
+
+
+def uses_own_manager(x):
     y = x * 2
-    with torch.inference_mode():
+    with RECORDER:
         z = y + 1
     return z
 
 
 def test_other_with_blocks_are_entered_by_the_runtime_and_their_body_compiled():
     counter = CompileCounter()
-    compiled = framejit.compile(uses_inference_mode, backend=counter)
+    compiled = framejit.compile(uses_own_manager, backend=counter)
     x = torch.ones(2)
     for _ in range(3):
+        assert same(compiled(x), uses_own_manager(x))
+    assert RECORDER.events == ["enter", "exit"] * 6
+    # y = x * 2 | entered by the runtime | z = y + 1 | __exit__ called by the runtime | return z
+    assert [(r["kind"], r["exit"]) for r in regions(uses_own_manager)] == [
+        ("compiled", "with"), ("compiled", "call"), ("compiled", "return")]
+    assert counter.frame_count == 2
+
+
+def uses_inference_mode(x):
+    y = x * 2
+    with torch.inference_mode():
+        z = y + 1
+        if z.sum() > 0:  # a break inside: the block is left to the runtime
+            z = z * 3
+    return z
+
+
+def test_inference_mode_block_with_a_break_inside_is_entered_by_the_runtime():
+    compiled = framejit.compile(uses_inference_mode, backend=CompileCounter())
+    x = torch.ones(2)
+    for _ in range(2):
         out = compiled(x)
         assert same(out, uses_inference_mode(x)) and out.is_inference()
-    # y = x * 2 | inference_mode() made | entered | z = y + 1 | __exit__ | return z
-    assert [(r["kind"], r["exit"]) for r in regions(uses_inference_mode)] == [
-        ("compiled", "call"), ("compiled", "with"), ("compiled", "call"), ("compiled", "return")]
-    assert counter.frame_count == 2
+        assert not torch.is_inference_mode_enabled()
+    assert "with" in [r["exit"] for r in regions(uses_inference_mode)]
 
 
 def test_exception_inside_with_runs_exit_and_handler():
