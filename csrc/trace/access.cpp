@@ -52,6 +52,18 @@ ValuePtr wrap_unsourced(py::object value) {
   return constant ? Value::constant(std::move(value)) : Value::object(std::move(value));
 }
 
+ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const ValuePtr& self) {
+  ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(fn));
+  if (kind == "function" || kind == "property") method->bound_self = self;
+  if (kind == "classmethod") {
+    const bool self_is_class = self->kind == VKind::kObject && self->method != kNewObject &&
+                               PyType_Check(self->obj.ptr());
+    method->bound_self = self_is_class ? self : Value::object(type_of(self));
+  }
+  if (kind == "property") method->method = "__property__";
+  return method;
+}
+
 ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
   switch (base->kind) {
     case VKind::kTensor:
@@ -119,12 +131,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         if (kind == "missing") {
           FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
         }
-        ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
-        if (kind == "function" || kind == "property" || kind == "classmethod") {
-          method->bound_self = base->bound_self;
-        }
-        if (kind == "property") method->method = "__property__";
-        return method;
+        return bind_class_attribute(kind, how[1], base->bound_self);
       }
       const std::string kind = how[0].cast<std::string>();
       if (kind == "instance" && base->source >= 0 && py::str(how[1]).cast<std::string>() != "__dict__") {
@@ -144,16 +151,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       }
       if (kind == "function" || kind == "property" || kind == "classmethod" ||
           kind == "staticmethod" || kind == "plain_function") {
-        // Methods bind self; a property is its getter called with self (see op_load_attr).
-        ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
-        if (kind == "function" || kind == "property") method->bound_self = base;
-        if (kind == "classmethod") {
-          method->bound_self = PyType_Check(obj) ? base
-                                                 : Value::object(py::reinterpret_borrow<py::object>(
-                                                       reinterpret_cast<PyObject*>(Py_TYPE(obj))));
-        }
-        if (kind == "property") method->method = "__property__";
-        return method;
+        return bind_class_attribute(kind, how[1], base);
       }
       break;
     }

@@ -390,18 +390,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     inline_module_call(fn, std::move(args), std::move(kwargs));
     return nullptr;
   }
-  if (is_grad_mode_manager_class(callable) && args.empty() && kwargs.empty()) {
+  // One cached classification per callable object decides the rest.
+  const std::string& kind = refs.classify(callable);
+  if (kind == "grad_mode_manager" && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
   }
-  if (callable.ptr() == refs.torch.attr("inference_mode").ptr()) return inference_mode_call(args, kwargs);
-  if (callable.ptr() == refs.torch.attr("set_grad_enabled").ptr() && kwargs.empty()) {
-    return set_grad_enabled_call(args);
+  if (kind == "inference_mode") return inference_mode_call(args, kwargs);
+  if (kind == "set_grad_enabled" && kwargs.empty()) return set_grad_enabled_call(args);
+  if (kind == "grad_mode_clone" && args.empty() && kwargs.empty()) {
+    // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
+    return grad_mode_manager(py::type::handle_of(callable.attr("__self__")));
   }
-  if (py::object cls = refs.support.attr("grad_mode_clone_class")(callable); !cls.is_none()) {
-    return grad_mode_manager(cls);  // ctx_factory() in a @torch.no_grad() wrapper
-  }
-  if (PyFunction_Check(callable.ptr()) &&
-      refs.support.attr("is_grad_mode_decorator_wrapper")(callable).cast<bool>()) {
+  if (kind == "grad_mode_wrapper") {
     // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():
     // return func(*args, **kwargs)`) is traced like user code.
     inline_call(fn, callable, std::move(args), std::move(kwargs));
@@ -428,7 +428,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return nullptr;
     }
   }
-  const std::string& kind = refs.classify(callable);
   if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(callable)) {
     inline_call(fn, callable, std::move(args), std::move(kwargs));
     return nullptr;

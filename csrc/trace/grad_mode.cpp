@@ -36,11 +36,6 @@ ValuePtr Tracer::set_grad_enabled_call(const std::vector<ValuePtr>& args) {
   return value;
 }
 
-bool Tracer::is_grad_mode_manager_class(py::handle callable) {
-  py::object torch = PyRefs::get().torch;
-  return callable.ptr() == torch.attr("no_grad").ptr() || callable.ptr() == torch.attr("enable_grad").ptr();
-}
-
 void Tracer::switch_grad_mode(bool enabled) {
   py::object set_grad = PyRefs::get().torch.attr("_C").attr("_set_grad_enabled");
   locate(graph_.add_call(NodeKind::kCallFunction, set_grad, "torch._C._set_grad_enabled", "",

@@ -42,11 +42,7 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
     // A class attribute read as it is now (like methods of user classes, not guarded).
     return wrap_unsourced(py::reinterpret_borrow<py::object>(how[1]));
   }
-  ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(how[1]));
-  if (kind == "function" || kind == "property") method->bound_self = self;
-  if (kind == "classmethod") method->bound_self = Value::object(self->obj);
-  if (kind == "property") method->method = "__property__";
-  return method;
+  return bind_class_attribute(kind, how[1], self);
 }
 
 void Tracer::new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value) {

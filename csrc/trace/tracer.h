@@ -79,6 +79,11 @@ ValuePtr wrap_unsourced(py::object value);
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 
+// A function-like class attribute resolved for `self` by framejit._support (kind "function",
+// "property", "classmethod", "staticmethod" or "plain_function"), bound as Python binds it:
+// methods and property getters to self, classmethods to self's class. Borrowed: fn.
+ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const ValuePtr& self);
+
 // Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
 const std::string& tensor_method_kind(const std::string& name);
 
@@ -141,7 +146,6 @@ class Tracer {
   // attributes bind to the traced first argument (access.cpp).
   ValuePtr zero_arg_super();
   // grad_mode.cpp: `with torch.no_grad()` / `enable_grad()` traced into the graph.
-  static bool is_grad_mode_manager_class(py::handle callable);
   ValuePtr grad_mode_manager(py::handle cls);
   ValuePtr set_grad_enabled_call(const std::vector<ValuePtr>& args);
   ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);

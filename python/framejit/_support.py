@@ -75,7 +75,11 @@ _QUERY_METHODS = {
 
 
 def classify_callable(fn) -> str:
-    """'torch' (graph op), 'query' (constant from metadata), 'builtin' (pure), or '' (not traced)."""
+    """'torch' (graph op), 'query' (constant from metadata), 'builtin' (pure), a grad-mode kind
+    (see _grad_mode_kind), or '' (not traced)."""
+    mode_kind = _grad_mode_kind(fn)
+    if mode_kind:
+        return mode_kind
     try:
         if fn in _NOT_OPS:
             return ""
@@ -197,6 +201,22 @@ def _function_kind(found, plain: str):
     return None
 
 
+def _class_level_kind(found, class_value):
+    """(kind, value) for a class attribute as an instance sees it: 'property' (its getter),
+    the function-like kinds, 'class_value' (value: class_value), or 'missing' (absent, or a
+    descriptor that would run code)."""
+    if found is _MISSING:
+        return ("missing", None)
+    if isinstance(found, property):
+        return ("property", found.fget) if found.fget is not None else ("missing", None)
+    kind = _function_kind(found, "function")
+    if kind is not None:
+        return kind
+    if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
+        return ("missing", None)
+    return ("class_value", class_value)
+
+
 def _instance_store(obj, name: str):
     """Where instance state `name` lives: "__dict__", an nn.Module's "_parameters" / "_buffers"
     / "_modules" dict, or None if it is not instance state."""
@@ -224,18 +244,11 @@ def resolve_attribute(obj, name: str):
         return _function_kind(found, "plain_function") or ("class_value", None)
     found = _class_attribute(type(obj), name)
     if isinstance(found, property):  # a data descriptor wins over instance state
-        return ("property", found.fget) if found.fget is not None else ("missing", None)
+        return _class_level_kind(found, None)
     store = _instance_store(obj, name)
     if store is not None:
         return ("instance", store)
-    if found is _MISSING:
-        return ("missing", None)
-    kind = _function_kind(found, "function")
-    if kind is not None:
-        return kind
-    if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
-        return ("missing", None)
-    return ("class_value", None)
+    return _class_level_kind(found, None)
 
 
 def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: str):
@@ -252,10 +265,8 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
         return ("missing", None)
     for cls in mro[start:]:
         if name in vars(cls):
-            found = vars(cls)[name]
-            if isinstance(found, property):
-                return ("property", found.fget) if found.fget is not None else ("missing", None)
-            return _function_kind(found, "function") or ("missing", None)
+            kind = _class_level_kind(vars(cls)[name], None)
+            return ("missing", None) if kind[0] == "class_value" else kind
     return ("missing", None)
 
 
@@ -285,20 +296,29 @@ def resolve_new_object_attribute(cls, name: str):
     """How ``obj.name`` resolves for an instance of a plain class that has no such instance
     attribute: like resolve_attribute, with 'class_value' carrying the value."""
     found = _class_attribute(cls, name)
-    if found is _MISSING:
-        return ("missing", None)
-    if isinstance(found, property):
-        return ("property", found.fget) if found.fget is not None else ("missing", None)
-    kind = _function_kind(found, "function")
-    if kind is not None:
-        return kind
-    if hasattr(type(found), "__get__"):
-        return ("missing", None)
-    return ("class_value", found)
+    return _class_level_kind(found, found)
 
 
 def _grad_mode_classes():
     return (torch.no_grad, torch.enable_grad)
+
+
+def _grad_mode_kind(fn) -> str:
+    """The callables the tracer turns into grad / inference mode switches in the graph:
+    'grad_mode_manager' (torch.no_grad, torch.enable_grad), 'set_grad_enabled',
+    'inference_mode', 'grad_mode_clone' (ctx_factory of a @torch.no_grad() wrapper),
+    'grad_mode_wrapper' (that wrapper), else ''."""
+    if fn is torch.no_grad or fn is torch.enable_grad:
+        return "grad_mode_manager"
+    if fn is torch.set_grad_enabled:
+        return "set_grad_enabled"
+    if fn is torch.inference_mode:
+        return "inference_mode"
+    if grad_mode_clone_class(fn) is not None:
+        return "grad_mode_clone"
+    if isinstance(fn, types.FunctionType) and is_grad_mode_decorator_wrapper(fn):
+        return "grad_mode_wrapper"
+    return ""
 
 
 def grad_mode_clone_class(fn):
