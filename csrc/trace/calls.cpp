@@ -120,6 +120,24 @@ ValuePtr constant_result(py::object result, const std::string& what) {
 
 }  // namespace
 
+bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
+  if (v->kind == VKind::kTuple || v->kind == VKind::kList) {
+    out = v->items;
+    return true;
+  }
+  if (v->kind == VKind::kIter) {
+    out.assign(v->items.begin() + static_cast<long>(v->index), v->items.end());
+    return true;
+  }
+  if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()))) {
+    for (py::handle item : v->obj) {
+      out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    return true;
+  }
+  return false;
+}
+
 // Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
 const std::string& tensor_method_kind(const std::string& name) {
   static std::unordered_map<std::string, std::string> cache;
@@ -236,25 +254,6 @@ bool is_user_function(py::handle fn) {
   return name.rfind("torch.nn.modules.", 0) == 0;
 }
 
-// The items of a value iterated at trace time, or false.
-bool sequence_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
-  if (v->kind == VKind::kTuple || v->kind == VKind::kList) {
-    out = v->items;
-    return true;
-  }
-  if (v->kind == VKind::kIter) {
-    out.assign(v->items.begin() + static_cast<long>(v->index), v->items.end());
-    v->index = v->items.size();  // iterating consumes it
-    return true;
-  }
-  if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()))) {
-    for (py::handle item : v->obj) {
-      out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-    }
-    return true;
-  }
-  return false;
-}
 
 // enumerate / zip / reversed over sequences the trace knows item by item: iterators to unroll.
 ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args) {
@@ -262,7 +261,7 @@ ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& 
   for (const auto& a : args) {
     std::vector<ValuePtr> items;
     if (name == "enumerate" && &a != &args[0]) break;
-    if (!sequence_items(a, items)) return nullptr;
+    if (!iterable_items(a, items)) return nullptr;
     seqs.push_back(std::move(items));
   }
   std::vector<ValuePtr> out;
@@ -446,7 +445,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (arg->kind == VKind::kIter) {
         // Consumed only if the call is traced: a break here leaves the iterator as it was, and
         // the runtime calls the builtin on it.
-        items.assign(arg->items.begin() + static_cast<long>(arg->index), arg->items.end());
+        iterable_items(arg, items);
         consumed.push_back(arg);
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {

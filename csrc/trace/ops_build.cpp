@@ -122,16 +122,7 @@ void op_dict_update(Tracer& t, const Instr& i) {
 // The items of a sequence being unpacked (UNPACK_SEQUENCE, UNPACK_EX).
 std::vector<ValuePtr> unpacked_items(const ValuePtr& seq) {
   std::vector<ValuePtr> items;
-  if (seq->is_sequence()) {
-    items = seq->items;
-  } else if (seq->kind == VKind::kIter) {
-    // Read, not consumed: the caller marks it exhausted once the unpacking is traced.
-    items.assign(seq->items.begin() + static_cast<long>(seq->index), seq->items.end());
-  } else if (seq->is_const() && PyTuple_Check(seq->obj.ptr())) {
-    for (py::handle item : seq->obj) {
-      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-    }
-  } else {
+  if (!iterable_items(seq, items)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} is not traced yet", seq->describe());
   }
   return items;

@@ -84,6 +84,11 @@ py::object type_of(const ValuePtr& value);
 // methods and property getters to self, classmethods to self's class. Borrowed: fn.
 ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const ValuePtr& self);
 
+// The items a value yields when iterated, if the trace knows them one by one (tuples, lists,
+// an unrolled iterator's remaining items, constant tuples and ranges). Reading does not consume
+// an iterator: the caller marks it exhausted once the use is traced.
+bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
+
 // Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
 const std::string& tensor_method_kind(const std::string& name);
 
