@@ -161,6 +161,10 @@ class Tracer {
   void enter_with(const ValuePtr& manager);
   ValuePtr exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& args);
   void switch_grad_mode(bool enabled);
+  // A node calling fn(arg) that switches a mode (no result the graph reads, except inference
+  // mode's context, which its exit node takes).
+  Node* record_mode_switch(py::handle fn, const char* target_text, Arg arg, const char* name_hint);
+  void push_with_exit(ValuePtr exit);  // BEFORE_WITH's results: the __exit__, then None
   void restore_grad_mode();  // the real mode as it was before the trace switched it
   // cls(*args, **kwargs) for a plain user class (objects.cpp): a kNewObject value, its __init__
   // (`init`, or None-like object.__init__) inlined with it as self. Pushes the object.
