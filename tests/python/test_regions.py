@@ -359,3 +359,43 @@ def test_attribute_writes_are_replayed_in_order_without_a_break():
         assert model.__dict__.get("positive") == ref.__dict__.get("positive")
     exits = [r["exit"] for r in regions(Recorder.forward)]
     assert "deopt" not in exits and exits.count("branch") == 1
+
+
+def sums_items(d):
+    out = 0
+    for key, value in d.items():
+        out = out + value * len(key)
+    return out
+
+
+def test_iterating_an_input_dict_guards_its_keys_in_order():
+    counter = CompileCounter()
+    compiled = framejit.compile(sums_items, backend=counter)
+    ones = torch.ones(2)
+    for d in ({"a": ones, "bb": ones}, {"a": ones * 2, "bb": ones}):
+        assert same(compiled(d), sums_items(d))
+    assert counter.frame_count == 1
+    for d in ({"a": ones, "bb": ones, "ccc": ones}, {"bb": ones, "a": ones * 3}):
+        assert same(compiled(d), sums_items(d))  # a new key, then the same keys reordered
+    assert counter.frame_count == 3
+    assert "DICT_KEYS" in regions(sums_items)[0]["guards"]
+
+
+def gathers_without_grad(x, idx):
+    with torch.no_grad():
+        y = x[idx] * 2
+    return y + x.sum()
+
+
+def test_a_graph_that_raises_inside_no_grad_leaves_grad_mode_as_it_was():
+    compiled = framejit.compile(gathers_without_grad, backend=CompileCounter())
+    x = torch.randn(4, requires_grad=True)
+    good = torch.tensor([0, 3])
+    assert same(compiled(x, good), gathers_without_grad(x, good))
+    bad = torch.tensor([0, 9])  # out of range: only the graph's run finds out
+    with pytest.raises(IndexError) as compiled_error:
+        compiled(x, bad)
+    assert torch.is_grad_enabled()
+    with pytest.raises(IndexError) as eager_error:
+        gathers_without_grad(x, bad)
+    assert str(compiled_error.value) == str(eager_error.value)
