@@ -6,6 +6,7 @@
 
 #include "backends/native_function.h"
 #include "bytecode/decode.h"
+#include "graph/graph_runner.h"
 #include "log/log.h"
 #include "runtime/code_state.h"
 #include "runtime/compiled_function.h"
@@ -72,6 +73,9 @@ PYBIND11_MODULE(_C, m) {
   py::object compiled_type = py::reinterpret_steal<py::object>(make_compiled_function_type());
   if (!compiled_type) throw py::error_already_set();
   m.attr("CompiledFunction") = compiled_type;
+  py::object runner_type = py::reinterpret_steal<py::object>(make_graph_runner_type());
+  if (!runner_type) throw py::error_already_set();
+  m.attr("GraphRunner") = runner_type;
 
   m.def("_init", [](py::object support) { PyRefs::init(std::move(support)); },
         "Connects the C++ core to framejit._support (called once by framejit/__init__.py).");

@@ -1,4 +1,4 @@
-// Builds a torch.fx.Graph node by node from the IR, then wraps it in a GraphModule.
+// Builds a torch.fx.Graph node by node from the IR.
 #include "graph/fx_export.h"
 
 #include <unordered_map>
@@ -38,7 +38,7 @@ py::object to_fx_arg(const Arg& arg, const std::unordered_map<const Node*, py::o
 
 }  // namespace
 
-py::object export_fx(const Graph& graph) {
+py::object export_fx_graph(const Graph& graph) {
   GcPause no_gc;
   py::module_ fx_mod = py::module_::import("torch.fx");
   py::object fx_graph = fx_mod.attr("Graph")();
@@ -69,8 +69,7 @@ py::object export_fx(const Graph& graph) {
     }
     fx[node.get()] = created;
   }
-  py::object root = py::module_::import("torch.nn").attr("Module")();
-  return fx_mod.attr("GraphModule")(root, fx_graph);
+  return fx_graph;
 }
 
 }  // namespace framejit

@@ -1,4 +1,4 @@
-// Export of the IR to a torch.fx.GraphModule: the torch.compile backend contract.
+// Export of the IR to a torch.fx.Graph: what a backend sees when it reads gm.graph.
 #pragma once
 
 #include "common/py.h"
@@ -6,8 +6,8 @@
 
 namespace framejit {
 
-// A new GraphModule whose code runs `graph` (placeholders in order, one tuple output).
-// Each FX node carries meta["example_value"] (the fake value). Raises py::error_already_set.
-py::object export_fx(const Graph& graph);
+// A new torch.fx.Graph of `graph` (placeholders in order, one tuple output). Each FX node
+// carries meta["example_value"] (the fake value). Raises py::error_already_set.
+py::object export_fx_graph(const Graph& graph);
 
 }  // namespace framejit

@@ -10,7 +10,7 @@
 
 #include "bytecode/version.h"
 #include "common/check.h"
-#include "graph/fx_export.h"
+#include "graph/graph_runner.h"
 #include "graph/printer.h"
 #include "log/log.h"
 #include "runtime/eval_frame.h"
@@ -276,8 +276,13 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     SlotValues slots;
     FJ_CHECK(region->guards.check(region->sources, fs, slots),
              "the guards of a fresh trace fail on the state it was traced from");
-    py::object gm = export_fx(graph);
-    gm.attr("meta")["framejit_name"] = fmt::format("__compiled_fn_{}", region->graph_id);
+    // The backend gets a GraphModule whose forward runs the IR; the FX graph and its code are
+    // made only if the backend asks for them (python/framejit/_graph_module.py).
+    py::object runner = py::reinterpret_steal<py::object>(
+        new_graph_runner(std::make_unique<Graph>(std::move(graph))));  // graph: moved from here on
+    if (!runner) throw py::error_already_set();
+    py::object gm = PyRefs::get().support.attr("FramejitGraphModule")(
+        runner, fmt::format("__compiled_fn_{}", region->graph_id));
     py::list example_inputs;
     std::vector<PyObject*> memo;
     for (const Rebuild& input : region->inputs) {

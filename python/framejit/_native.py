@@ -73,9 +73,26 @@ def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
                 torch._C._set_grad_enabled, torch.autograd.grad_mode._enter_inference_mode):
             # make_fx records below autograd: the aten program would lose the switch.
             raise LoweringError("the graph switches grad or inference mode (a `with` block inside)")
-    aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*args)
+    aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*_unaliased(args))
     _remove_dead_code(aten_gm.graph)
     return aten_gm
+
+
+def _unaliased(args):
+    """The inputs with every repeat of a tensor object replaced by a fresh tensor of the same
+    metadata. make_fx memoises fakes by identity, so `f(a, a)` would lower to a program that reads
+    one input twice, and programs are keyed on metadata, not identity: a later `f(b, a)` would
+    then get `f(b, b)`."""
+    seen = set()
+    out = []
+    for arg in args:
+        if isinstance(arg, torch.Tensor):
+            if id(arg) in seen:
+                arg = torch.empty_strided(arg.size(), arg.stride(), dtype=arg.dtype,
+                                          device=arg.device).requires_grad_(arg.requires_grad)
+            seen.add(id(arg))
+        out.append(arg)
+    return out
 
 
 def _is_pure(node) -> bool:

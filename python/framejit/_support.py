@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
 # Namespaces under torch whose functions are not graph operations: state, I/O, autograd

@@ -1,0 +1,102 @@
+"""The GraphModule a backend receives: a torch.fx.GraphModule whose FX form is made on demand.
+
+Until something asks for it, the graph lives only in framejit's C++ IR and ``forward`` is a
+``framejit._C.GraphRunner``: it calls each node's target by vectorcall and drops values after
+their last use, as FX's generated code does, without generating or compiling any code. Building
+the ``torch.fx.Graph``, generating its Python source and compiling that cost about two thirds of
+a compile when they ran for every graph, and most backends never look at them (``eager`` and any
+backend that returns ``gm.forward``).
+
+The first read of ``graph``, ``code``, any FX attribute, ``recompile()``, copying or pickling
+builds the FX graph from the IR and turns the module into an ordinary GraphModule (FX's own
+``forward``); nothing observable differs from one built eagerly, except the time it took.
+"""
+import torch
+from torch.fx import GraphModule
+
+# GraphModule state that only exists once the FX graph does; reading any of it materialises.
+_FX_STATE = frozenset({
+    "_graph", "_code", "_lineno_map", "_prologue_start", "_tracer_cls", "_tracer_extras",
+    "_replace_hooks", "_create_node_hooks", "_erase_node_hooks", "_deepcopy_hooks", "shape_env",
+})
+
+
+class FramejitGraphModule(GraphModule):
+    """A GraphModule (``isinstance(gm, torch.fx.GraphModule)``) made lazily from framejit's IR."""
+
+    def __init__(self, runner, name: str):
+        # GraphModule.__init__ would build and compile the FX graph now: only nn.Module's state.
+        torch.nn.Module.__init__(self)
+        self.__class__.__name__ = "GraphModule"
+        self.meta = {"framejit_name": name}
+        self._framejit_runner = runner
+        # GraphModule.__new__ made a class for this instance alone; its forward is the runner
+        # (which binds like a function, so gm.forward(*inputs) runs the graph).
+        type(self).forward = runner
+
+    # -- materialisation ----------------------------------------------------------------------
+
+    def _framejit_materialise(self, recompile: bool = True):
+        """Builds the FX graph and the state GraphModule.__init__ would have set."""
+        runner = self.__dict__.get("_framejit_runner")
+        if runner is None:
+            return
+        fx_graph = runner.fx_graph()
+        self._tracer_cls = None
+        self._tracer_extras = {}
+        self._replace_hooks = []
+        self._create_node_hooks = []
+        self._erase_node_hooks = []
+        self._deepcopy_hooks = []
+        self.shape_env = None
+        del self.__dict__["_framejit_runner"]
+        self._graph = fx_graph
+        fx_graph.owning_module = self
+        if recompile:
+            GraphModule.recompile(self)  # sets FX's generated forward on this instance's class
+
+    def __getattr__(self, name):
+        if name in _FX_STATE and "_framejit_runner" in self.__dict__:
+            self._framejit_materialise()
+            return getattr(self, name)
+        return super().__getattr__(name)
+
+    @property
+    def graph(self):
+        self._framejit_materialise()
+        return self._graph
+
+    @graph.setter
+    def graph(self, g):
+        self._framejit_materialise(recompile=False)
+        GraphModule.graph.fset(self, g)
+
+    @property
+    def code(self) -> str:
+        self._framejit_materialise()
+        return GraphModule.code.fget(self)
+
+    def recompile(self):
+        self._framejit_materialise(recompile=False)
+        return GraphModule.recompile(self)
+
+    def __deepcopy__(self, memo):
+        self._framejit_materialise()
+        return GraphModule.__deepcopy__(self, memo)
+
+    def __copy__(self):
+        self._framejit_materialise()
+        return GraphModule.__copy__(self)
+
+    def __reduce__(self):
+        self._framejit_materialise()
+        return GraphModule.__reduce__(self)
+
+    def __reduce_package__(self, exporter):
+        self._framejit_materialise()
+        return GraphModule.__reduce_package__(self, exporter)
+
+    def forward(self, *args):
+        # Only reached on a copy made by GraphModule's own machinery before it recompiled.
+        self._framejit_materialise()
+        return type(self).forward(self, *args)
