@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "graph/graph.h"
+#include "graph/graph_runner.h"
 #include "graph/printer.h"
 
 namespace py = pybind11;
@@ -87,4 +88,47 @@ TEST_CASE("the verifier rejects a graph without an output") {
   Graph g("f.py", "f", 1);
   g.add_placeholder("x", py::none(), meta({1}));
   CHECK_THROWS_AS(g.lint(), InternalError);
+}
+
+TEST_CASE("the runner executes calls, methods, containers and keywords, and frees its values") {
+  static PyObject* runner_type = make_graph_runner_type();  // once per process
+  REQUIRE(runner_type != nullptr);
+  auto g = std::make_unique<Graph>("f.py", "f", 1);
+  Node* x = g->add_placeholder("x", py::none(), meta({}));
+  Node* y = g->add_placeholder("y", py::none(), meta({}));
+  g->add_placeholder("unused", py::none(), meta({}));
+  Node* add = g->add_call(NodeKind::kCallFunction, op("add"), "operator.add", "+",
+                          {Arg::of(x), Arg::of(y)}, {}, py::none(), {}, false, 2, "add");
+  Node* mul = g->add_call(NodeKind::kCallFunction, op("mul"), "operator.mul", "*",
+                          {Arg::of(add), Arg::constant(py::int_(3))}, {}, py::none(), {}, false,
+                          3, "mul");
+  Node* bits = g->add_call(NodeKind::kCallMethod, py::str("bit_length"), "bit_length", "",
+                           {Arg::of(mul)}, {}, py::none(), {}, false, 4, "bits");
+  py::object sorted_fn = py::module_::import("builtins").attr("sorted");
+  Node* order = g->add_call(NodeKind::kCallFunction, sorted_fn, "sorted", "",
+                            {Arg::list({Arg::of(mul), Arg::of(add), Arg::of(x)})},
+                            {{"reverse", Arg::constant(py::bool_(true))}}, py::none(), {}, false,
+                            5, "order");
+  g->set_output({Arg::of(bits), Arg::of(order),
+                 Arg::dict({"sum"}, {Arg::of(add)})});
+  g->lint();
+  py::object runner = py::reinterpret_steal<py::object>(new_graph_runner(std::move(g)));
+  REQUIRE(runner);
+  CHECK(runner.attr("num_steps").cast<int>() == 4);
+
+  py::object big = py::int_(1) << py::int_(100);  // not cached by CPython: refcounts are ours
+  const Py_ssize_t before = Py_REFCNT(big.ptr());
+  py::tuple result = runner(py::none(), big, py::int_(1), py::none()).cast<py::tuple>();
+  py::object sum = big + py::int_(1);
+  CHECK(result[0].cast<int>() == (sum * py::int_(3)).attr("bit_length")().cast<int>());
+  CHECK(result[1].cast<py::list>().size() == 3);
+  py::object first = result[1].cast<py::list>()[0];
+  py::object summed = result[2].cast<py::dict>()["sum"];
+  CHECK(first.equal(sum * py::int_(3)));
+  CHECK(summed.equal(sum));
+  result = py::tuple();
+  first = py::none();
+  CHECK(Py_REFCNT(big.ptr()) == before);  // the runner kept nothing (x was in the sorted list)
+
+  CHECK_THROWS_AS(runner(py::none(), big), py::error_already_set);  // wrong arity
 }
