@@ -81,6 +81,15 @@ PYBIND11_MODULE(_C, m) {
         "Connects the C++ core to framejit._support (called once by framejit/__init__.py).");
 
   m.def(
+      "make_compiled_like",
+      [](py::object compiled, py::object fn) {
+        PyObject* out = compiled_function_with(compiled.ptr(), fn.ptr());  // New
+        if (out == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(out);
+      },
+      py::arg("compiled"), py::arg("fn"),
+      "A compiled wrapper of fn sharing compiled's backend, options and code cache.");
+  m.def(
       "make_compiled",
       [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
                       int recompile_limit, bool warm_branches, py::object on_region,

@@ -1,9 +1,35 @@
 // Source construction (trace time) and reading (every call).
 #include "guards/source.h"
 
+#include "bytecode/version.h"
 #include "common/check.h"
 
 namespace framejit {
+
+namespace {
+
+// The value this source found in `dict` last time, if the dict is unchanged since (Borrowed).
+PyObject* cached_lookup(const Source& s, PyObject* dict) {
+  if (s.cached_dict != dict || s.cached_version != pyver::dict_version(dict)) return nullptr;
+  return s.cached_value;
+}
+
+void remember_lookup(const Source& s, PyObject* dict, PyObject* value) {
+  s.cached_dict = dict;
+  s.cached_version = pyver::dict_version(dict);
+  s.cached_value = value;
+}
+
+// Attribute names and str keys interned, as CPython interns attribute names and most dict keys
+// (a lookup then matches by pointer instead of comparing characters).
+py::object interned(py::object key) {
+  if (!PyUnicode_CheckExact(key.ptr())) return key;
+  PyObject* k = key.release().ptr();
+  PyUnicode_InternInPlace(&k);  // may replace k, keeping one reference
+  return py::reinterpret_steal<py::object>(k);
+}
+
+}  // namespace
 
 void SlotValues::reset(size_t n) {
   clear();
@@ -49,7 +75,7 @@ Source SourceTable::local(int index, const std::string& name) {
 Source SourceTable::global(const std::string& name) {
   Source s;
   s.kind = SourceKind::kGlobal;
-  s.key = py::str(name);
+  s.key = interned(py::str(name));
   s.text = "G['" + name + "']";
   s.name_hint = name;
   return s;
@@ -88,7 +114,7 @@ Source SourceTable::attr(int base, const std::string& name) const {
   Source s;
   s.kind = SourceKind::kAttr;
   s.base = base;
-  s.key = py::str(name);
+  s.key = interned(py::str(name));
   s.text = sources_[base].text + "." + name;
   s.name_hint = sources_[base].name_hint + "_" + name;
   return s;
@@ -100,7 +126,7 @@ Source SourceTable::item(int base, py::object key) const {
   s.base = base;
   const std::string key_text = safe_repr(key);
   s.text = sources_[base].text + "[" + key_text + "]";
-  s.key = std::move(key);
+  s.key = interned(std::move(key));
   const std::string plain_key =
       PyUnicode_Check(s.key.ptr()) ? s.key.cast<std::string>() : key_text;  // x, not 'x'
   const Source& parent = sources_[base];
@@ -113,6 +139,7 @@ Source SourceTable::item(int base, py::object key) const {
   s.name_hint = (module_store ? sources_[parent.base].name_hint : parent.name_hint) + "_" + plain_key;
   return s;
 }
+
 
 PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* slots) const {
   const Source& s = sources_[slot];
@@ -138,7 +165,9 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
     case SourceKind::kGlobal:
     case SourceKind::kGlobalOf: {
       PyObject* globals = s.kind == SourceKind::kGlobal ? frame.globals : s.owner.ptr();
+      if (PyObject* cached = cached_lookup(s, globals)) return Py_NewRef(cached);
       PyObject* value = PyDict_GetItemWithError(globals, s.key.ptr());  // borrowed
+      if (value != nullptr) remember_lookup(s, globals, value);
       if (value == nullptr && !PyErr_Occurred()) {
         value = PyDict_GetItemWithError(frame.builtins, s.key.ptr());  // borrowed
       }
@@ -157,10 +186,14 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       PyObject* base = slots[s.base];
       if (base == nullptr) return nullptr;
       if (PyDict_CheckExact(base)) {
+        if (PyObject* cached = cached_lookup(s, base)) return Py_NewRef(cached);
         PyObject* value = PyDict_GetItemWithError(base, s.key.ptr());  // borrowed
-        if (value == nullptr) PyErr_Clear();
-        Py_XINCREF(value);
-        return value;
+        if (value == nullptr) {
+          PyErr_Clear();
+          return nullptr;
+        }
+        remember_lookup(s, base, value);
+        return Py_NewRef(value);
       }
       if ((PyTuple_CheckExact(base) || PyList_CheckExact(base)) && PyLong_CheckExact(s.key.ptr())) {
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(base);

@@ -1,6 +1,7 @@
 // Sources: how to find a value of the entry state again on every call (L['x'], L['d']['k'], ...).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ struct Source {
   py::object owner;       // kGlobalOf: the globals dict (held, so its address stays valid)
   std::string text;       // L['inputs']['x'], G['torch'], L['self'].weight
   std::string name_hint;  // inputs_x: used for placeholder names
+
+  // kItem on an exact dict, kGlobal found in the globals: the last lookup, reused while that
+  // dict's version tag is unchanged (the dict then still holds the value).
+  mutable PyObject* cached_dict = nullptr;   // address only, never dereferenced when stale
+  mutable uint64_t cached_version = 0;
+  mutable PyObject* cached_value = nullptr;  // Borrowed from cached_dict
 };
 
 // The borrowed pieces of a live frame that sources read from.

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/DefaultDtype.h>
+#include <torch/csrc/Device.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <sstream>
@@ -126,6 +127,17 @@ MetaShape meta_shape_of(PyObject* obj) {
   shape.requires_grad = t.requires_grad();
   shape.storage_offset = t.storage_offset();
   return shape;
+}
+
+void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype) {
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  sizes.assign(t.sizes().begin(), t.sizes().end());
+  dtype = static_cast<int8_t>(t.scalar_type());
+}
+
+std::string device_text(PyObject* device) {
+  if (!THPDevice_Check(device)) return {};
+  return reinterpret_cast<THPDevice*>(device)->device.str();
 }
 
 PyObject* make_meta_tensor(const MetaShape& shape) {

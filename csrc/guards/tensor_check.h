@@ -54,6 +54,10 @@ struct MetaShape {
   int64_t storage_offset = 0;
 };
 MetaShape meta_shape_of(PyObject* obj);
+// A tensor's sizes and dtype code (c10::ScalarType), read without Python. Borrowed: obj.
+void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype);
+// "cpu", "cuda:0", ... for a torch.device; "" for anything else. Borrowed: device.
+std::string device_text(PyObject* device);
 // A new meta tensor with that metadata (New reference).
 PyObject* make_meta_tensor(const MetaShape& shape);
 

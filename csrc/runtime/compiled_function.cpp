@@ -10,6 +10,8 @@ namespace framejit {
 
 namespace {
 
+PyObject* g_compiled_type = nullptr;  // Borrowed: the type made at module init
+
 struct CompiledFunctionObject {
   PyObject_HEAD
   vectorcallfunc vectorcall;
@@ -114,7 +116,8 @@ PyObject* make_compiled_function_type() {
           Py_TPFLAGS_METHOD_DESCRIPTOR,
       slots,
   };
-  return PyType_FromSpec(&spec);  // New
+  g_compiled_type = PyType_FromSpec(&spec);  // New; the module keeps it alive
+  return g_compiled_type;
 }
 
 PyObject* new_compiled_function(PyObject* type, PyObject* fn,
@@ -130,6 +133,15 @@ PyObject* new_compiled_function(PyObject* type, PyObject* fn,
   self->ctx = ctx ? new std::shared_ptr<CompileContext>(std::move(ctx)) : nullptr;
   PyObject_GC_Track(reinterpret_cast<PyObject*>(self));
   return reinterpret_cast<PyObject*>(self);
+}
+
+PyObject* compiled_function_with(PyObject* compiled, PyObject* fn) {
+  auto* self = reinterpret_cast<CompiledFunctionObject*>(compiled);
+  if (reinterpret_cast<PyObject*>(Py_TYPE(compiled)) != g_compiled_type || self->ctx == nullptr) {
+    PyErr_SetString(PyExc_TypeError, "expected a framejit compiled function");
+    return nullptr;
+  }
+  return new_compiled_function(reinterpret_cast<PyObject*>(Py_TYPE(compiled)), fn, *self->ctx);
 }
 
 }  // namespace framejit

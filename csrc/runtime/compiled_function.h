@@ -16,4 +16,9 @@ PyObject* make_compiled_function_type();
 // under it run in plain CPython. Returns New or NULL.
 PyObject* new_compiled_function(PyObject* type, PyObject* fn, std::shared_ptr<CompileContext> ctx);
 
+// A new compiled wrapper of fn (borrowed) sharing the compile context (backend, options, frame
+// cache) of `compiled` (borrowed, a compiled wrapper made by new_compiled_function with a ctx).
+// Returns New, or NULL with TypeError.
+PyObject* compiled_function_with(PyObject* compiled, PyObject* fn);
+
 }  // namespace framejit

@@ -416,7 +416,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     for (const auto& arg : args) collect_tensor_devices(arg, devices);
     for (const auto& kw : kwargs) collect_tensor_devices(kw.second, devices);
     for (const auto& d : devices) {
-      if (!device || is_device_type(py::str(device).cast<std::string>(), "cpu")) device = d;
+      if (!device || is_device_type(device_string(device), "cpu")) device = d;
     }
     if (!device) device = refs.support.attr("default_device")();
   }

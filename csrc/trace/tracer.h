@@ -79,6 +79,9 @@ ValuePtr wrap_unsourced(py::object value);
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 
+// "cpu", "cuda:0", ...: str() of a torch.device (read directly) or of anything else.
+std::string device_string(py::handle device);
+
 // A function-like class attribute resolved for `self` by framejit._support (kind "function",
 // "property", "classmethod", "staticmethod" or "plain_function"), bound as Python binds it:
 // methods and property getters to self, classmethods to self's class. Borrowed: fn.

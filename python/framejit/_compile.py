@@ -7,6 +7,9 @@ import torch
 from . import _C, _skip, backends, config
 from .exc import FramejitWarning
 
+_nn_module = torch.nn.modules.module
+_jit_tracing = torch._C._get_tracing_state
+
 _KNOWN_OPTIONS = {"recompile_limit"}
 
 
@@ -18,7 +21,29 @@ class CompiledModule(torch.nn.Module):
     def __init__(self, mod: torch.nn.Module, compiled_call):
         super().__init__()
         self._orig_mod = mod
-        self.__dict__["_framejit_call"] = compiled_call
+        d = self.__dict__
+        d["_framejit_call"] = compiled_call  # calls mod(...): nn.Module.__call__, hooks included
+        d["_framejit_mod"] = mod
+        d["_framejit_forward"] = type(mod).forward
+        # type(mod).forward(mod, ...) through the hook: what nn.Module.__call__ ends in when no
+        # hook of any kind is registered (same backend, options and cache as _framejit_call).
+        d["_framejit_forward_call"] = _C.make_compiled_like(compiled_call, type(mod).forward)
+
+    def __call__(self, *args, **kwargs):
+        # nn.Module.__call__ twice (this wrapper, then the module) costs two Python frames of
+        # hook checks per call; with no hook anywhere both would only call forward.
+        d = self.__dict__
+        mod = d["_framejit_mod"]
+        md = mod.__dict__
+        if (d["_forward_hooks"] or d["_forward_pre_hooks"] or d["_backward_hooks"]
+                or d["_backward_pre_hooks"] or md["_forward_hooks"] or md["_forward_pre_hooks"]
+                or md["_backward_hooks"] or md["_backward_pre_hooks"]
+                or _nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
+                or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks
+                or "forward" in md or type(mod).forward is not d["_framejit_forward"]
+                or _jit_tracing()):
+            return torch.nn.Module.__call__(self, *args, **kwargs)
+        return d["_framejit_forward_call"](mod, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
         return self._framejit_call(*args, **kwargs)
