@@ -47,6 +47,8 @@ enum class ExitKind : uint8_t {
   kIter,     // GET_ITER / FOR_ITER on an iterator the trace could not unroll: performed likewise
   kWith,     // BEFORE_WITH: the runtime enters the context manager (torch.no_grad(), ...); the
              // body is traced under the state it sets, and __exit__ is a call like any other
+  kSubscr,   // BINARY_SUBSCR the trace could not record (x[x > 0]: a size that depends on the
+             // data): the runtime reads the item, pushes it and goes on
   kDeopt,    // anything else: CPython resumes the frame at `pc`
 };
 

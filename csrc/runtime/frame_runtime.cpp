@@ -658,6 +658,19 @@ bool perform_with(FrameRun& run, const RegionExit& exit) {
   return true;
 }
 
+// BINARY_SUBSCR at a kSubscr exit: [container, key] -> [container[key]].
+bool perform_subscr(FrameRun& run, const RegionExit& exit) {
+  PyObject** top = run.stack.data() + run.stack.size() - 2;
+  fj_frame_link(run.tstate, run.frame, exit.op_pc);
+  PyObject* item = PyObject_GetItem(top[0], top[1]);  // New
+  fj_frame_unlink(run.tstate, run.frame);
+  if (item == nullptr) return false;
+  run.stack.drop(2);
+  run.stack.push(item);
+  run.pc = exit.next_pc;
+  return true;
+}
+
 PyObject* run_frame(FrameRun& run) {
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;
@@ -749,6 +762,9 @@ PyObject* run_frame(FrameRun& run) {
         break;
       case ExitKind::kWith:
         ok = perform_with(run, exit);
+        break;
+      case ExitKind::kSubscr:
+        ok = perform_subscr(run, exit);
         break;
       case ExitKind::kReturn:
         break;

@@ -92,6 +92,7 @@ const char* exit_kind_name(ExitKind kind) {
     case ExitKind::kCall: return "call";
     case ExitKind::kIter: return "iterate";
     case ExitKind::kWith: return "with";
+    case ExitKind::kSubscr: return "subscript";
     case ExitKind::kDeopt: return "deopt";
   }
   return "?";
@@ -206,6 +207,8 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
     kind = ExitKind::kIter;
   } else if (ins.op == Op::BEFORE_WITH) {
     kind = ExitKind::kWith;
+  } else if (ins.op == Op::BINARY_SUBSCR) {
+    kind = ExitKind::kSubscr;
   }
   build_exit_state(kind);
 }

@@ -111,5 +111,9 @@ def disable(fn=None):
 
 
 def reset() -> None:
-    """Drop every compiled region of every function; the next calls trace again."""
+    """Drop every compiled region of every function; the next calls trace again.
+
+    The memo of meta results (what each torch op returns for given argument metadata) is kept:
+    it depends only on torch, like the dispatch cache of FakeTensor that torch._dynamo.reset()
+    keeps. ``framejit._C.clear_meta_cache()`` drops it."""
     _C.reset()

@@ -13,7 +13,7 @@ class RegionInfo:
     entry_line: int
     entry_pc: int
     kind: str          # "compiled" or "fallback"
-    exit: str          # "return", "branch", "call", "iterate", "deopt"
+    exit: str          # "return", "branch", "call", "iterate", "with", "subscript", "deopt"
     exit_line: int
     reason: str        # why the region ended (empty for a return)
     graph_id: int      # -1: no graph (no tensor op in the region)

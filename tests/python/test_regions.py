@@ -399,3 +399,23 @@ def test_a_graph_that_raises_inside_no_grad_leaves_grad_mode_as_it_was():
     with pytest.raises(IndexError) as eager_error:
         gathers_without_grad(x, bad)
     assert str(compiled_error.value) == str(eager_error.value)
+
+
+def positives_scaled(x, mask_source):
+    y = x * 2
+    z = y[mask_source > 0]  # data-dependent size: the runtime reads it between two graphs
+    return z.sum() + x.mean(), z
+
+
+def test_a_bool_mask_read_is_a_subscript_exit_between_two_graphs():
+    counter = CompileCounter()
+    compiled = framejit.compile(positives_scaled, backend=counter)
+    for seed in range(4):  # a different number of positives each time
+        torch.manual_seed(seed)
+        x, m = torch.randn(6), torch.randn(6)
+        assert same(compiled(x, m), positives_scaled(x, m))
+    assert [r["exit"] for r in regions(positives_scaled)] == ["subscript", "return"]
+    assert counter.frame_count == 2  # the second graph runs any size of z
+    with pytest.raises(IndexError) as raised:  # the mask's shape is wrong: raised as in eager
+        compiled(torch.randn(6), torch.randn(5))
+    assert raised.traceback[-1].lineno + 1 == positives_scaled.__code__.co_firstlineno + 2
