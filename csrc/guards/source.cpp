@@ -110,6 +110,14 @@ Source SourceTable::closure(int index) {
   return s;
 }
 
+Source SourceTable::globals_dict() {
+  Source s;
+  s.kind = SourceKind::kGlobalsDict;
+  s.text = "G";
+  s.name_hint = "globals";
+  return s;
+}
+
 Source SourceTable::attr(int base, const std::string& name) const {
   Source s;
   s.kind = SourceKind::kAttr;
@@ -155,6 +163,8 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       Py_XINCREF(value);
       return value;
     }
+    case SourceKind::kGlobalsDict:
+      return Py_XNewRef(frame.globals);
     case SourceKind::kClosure: {
       PyObject* closure = frame.function ? PyFunction_GET_CLOSURE(frame.function) : nullptr;
       if (closure == nullptr || s.index >= PyTuple_GET_SIZE(closure)) return nullptr;

@@ -17,6 +17,7 @@ enum class SourceKind : uint8_t {
   kStack,   // entry value stack position `index` (regions that start mid-frame)
   kGlobalOf,  // name `key` in the dict `owner` (an inlined function's globals), else builtins
   kClosure,   // cell `index` of the frame's function's closure
+  kGlobalsDict,  // the frame's globals dict itself (identity-guarded where a region writes it)
 };
 
 struct Source {
@@ -91,6 +92,7 @@ class SourceTable {
   static Source stack(int index);
   static Source global_of(py::object globals, const std::string& name);
   static Source closure(int index);
+  static Source globals_dict();
   Source attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
 

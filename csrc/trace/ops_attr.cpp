@@ -113,7 +113,7 @@ void op_store_attr(Tracer& t, const Instr& i) {  // [value, owner] -> owner.name
 }
 
 void op_store_global(Tracer& t, const Instr& i) {
-  FJ_UNSUPPORTED(kSideEffect, "assignment to global '{}' is not traced yet", t.co_name(i.arg));
+  t.store_global(t.co_name(i.arg), t.pop());
 }
 
 }  // namespace

@@ -319,6 +319,14 @@ void Tracer::delete_local(int index) {
 }
 
 ValuePtr Tracer::global(const std::string& name) {
+  PyObject* globals = frame_globals().ptr();
+  for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {
+    // A global this region stored (latest write wins).
+    if (it->name == name && PyModule_Check(it->target->obj.ptr()) &&
+        PyModule_GetDict(it->target->obj.ptr()) == globals) {
+      return it->value;
+    }
+  }
   ValuePtr value;
   if (inlined()) {
     value = load_source(SourceTable::global_of(frame().globals, name));
@@ -327,6 +335,28 @@ ValuePtr Tracer::global(const std::string& name) {
   }
   if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "name '{}' is not defined", name);
   return value;
+}
+
+void Tracer::store_global(const std::string& name, ValuePtr value) {
+  // The module owning these globals: a write to it is a write to them. Code run with a globals
+  // dict of no module (exec with a plain dict) ends the region before the write instead.
+  py::object globals = frame_globals();
+  PyObject* module_name = PyDict_GetItemString(globals.ptr(), "__name__");  // Borrowed
+  PyObject* module = nullptr;
+  if (module_name != nullptr && PyUnicode_Check(module_name)) {
+    module = PyImport_GetModule(module_name);  // New or NULL
+    if (module == nullptr) PyErr_Clear();
+  }
+  py::object owner = py::reinterpret_steal<py::object>(module);
+  if (!owner || !PyModule_Check(owner.ptr()) || PyModule_GetDict(owner.ptr()) != globals.ptr()) {
+    FJ_UNSUPPORTED(kSideEffect, "assignment to global '{}' of code run without its module", name);
+  }
+  if (!inlined()) {
+    // The same code object may run with other globals (a function made from its code): the
+    // module found here is only right while the frame's globals are this dict.
+    guards_.add_id(sources_.intern(SourceTable::globals_dict()), globals.ptr());
+  }
+  attr_writes_.push_back({wrap_unsourced(std::move(owner)), name, std::move(value)});
 }
 
 TensorMeta Tracer::meta_of(py::handle meta, py::handle device) {

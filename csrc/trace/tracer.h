@@ -143,6 +143,9 @@ class Tracer {
   void set_local(int index, ValuePtr value);
   void delete_local(int index);
   ValuePtr global(const std::string& name);
+  // STORE_GLOBAL: replayed at the exit as setattr on the module whose __dict__ the globals are;
+  // later reads in the trace see the stored value.
+  void store_global(const std::string& name, ValuePtr value);
   ValuePtr attr(const ValuePtr& base, const std::string& name);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // containers.cpp: list/tuple/dict methods answered or performed at trace time; nullptr when
@@ -278,7 +281,7 @@ class Tracer {
     std::string name;
     ValuePtr value;
   };
-  std::vector<PendingWrite> attr_writes_;  // in program order
+  std::vector<PendingWrite> attr_writes_;  // in program order (global writes: on the module)
   RegionExit exit_;
   // Exit rebuilding state.
   std::vector<Arg> outputs_;
