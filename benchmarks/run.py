@@ -17,8 +17,8 @@ installed, results.png).
 
 What is measured
   1. Front-end trace+compile time. Straight-line chains of 100 / 1,000 / 5,000 tensor ops
-     (generated with exec) and `for i in range(N): x = torch.sin(x) + 1` (N = 100, 1,000), with a
-     pass-through backend that returns gm.forward, so only the front end is timed. Time =
+     (generated with exec), `for i in range(N): x = torch.sin(x) + 1` (N = 100, 1,000) and every
+     model of tests/models/zoo.py (eval mode, batch 2), with a pass-through backend that returns gm.forward, so only the front end is timed. Time =
      first call (trace + compile + run) minus one eager call; reported in seconds, in
      microseconds per captured op (ops = call nodes of the FX graphs handed to the backend) and
      as the Dynamo/framejit ratio. framejit.reset() and torch._dynamo.reset() before each.
@@ -201,6 +201,24 @@ def trace_source(case, size):
     return chain_source(size) if case == "chain" else loop_source(size)
 
 
+def trace_target(case, size):
+    """(what to compile, its arguments): a generated function on an 8-element tensor, or, for
+    case "zoo:<name>", that zoo model (seeded, eval mode) on its example inputs of batch `size`."""
+    if case.startswith("zoo:"):
+        cls = load_zoo().ZOO[case[4:]]
+        torch.manual_seed(0)
+        return cls().eval(), cls.example(size)
+    return make_function(trace_source(case, size)), (torch.randn(8),)
+
+
+def same_tree(actual, expected):
+    leaves = torch.utils._pytree.tree_leaves
+    a, e = leaves(actual), leaves(expected)
+    return len(a) == len(e) and all(
+        torch.allclose(x, y, rtol=1e-4, atol=1e-5) if isinstance(x, torch.Tensor) else x == y
+        for x, y in zip(a, e))
+
+
 def warm_up_trace(compiler):
     """First compiles pay one-off imports and caches; pay them outside the measurement."""
     x = torch.randn(8)
@@ -212,23 +230,22 @@ def warm_up_trace(compiler):
 def measure_trace(compiler, case, size, repeats):
     """Best of `repeats` fresh compiles of a freshly generated function."""
     result = TraceResult(compiler, case, size)
-    x = torch.randn(8)
     for _ in range(repeats):
-        fn = make_function(trace_source(case, size))
-        expected = fn(x)
+        fn, args = trace_target(case, size)
+        expected = fn(*args)
         start = time.perf_counter()
-        fn(x)
+        fn(*args)
         eager_s = time.perf_counter() - start
         backend = PassThroughBackend()
         compiled = compile_with(compiler, fn, backend)
         reset_compilers()
         start = time.perf_counter()
-        actual = compiled(x)
+        actual = compiled(*args)
         seconds = time.perf_counter() - start - eager_s
         if result.seconds is None or seconds < result.seconds:
             result.seconds = seconds
         result.ops, result.graphs = count_ops(backend.graphs), len(backend.graphs)
-        result.correct = same_result(actual, expected)
+        result.correct = same_tree(actual, expected)
         del compiled, backend
         reset_compilers()
     return result
@@ -258,6 +275,7 @@ def child_trace(compiler, case, size):
 def run_trace_section(args):
     chain_sizes = [100, 1000] if args.quick else [100, 1000, 5000]
     cases = [("chain", n) for n in chain_sizes] + [("loop", 100), ("loop", 1000)]
+    cases += [(f"zoo:{name}", ZOO_BATCH) for name in load_zoo().ZOO]
     repeats = 1 if args.quick else 3
     for compiler in COMPILERS:
         warm_up_trace(compiler)
@@ -278,7 +296,9 @@ def trace_table(results):
     rows = []
     for case, size in dict.fromkeys((r.case, r.size) for r in results):
         fj, dyn = by_key[(case, size, "framejit")], by_key[(case, size, "dynamo")]
-        label = f"chain of {size:,} ops" if case == "chain" else f"loop range({size:,}), sin+add"
+        label = (f"chain of {size:,} ops" if case == "chain" else
+                 f"zoo {case[4:]}, batch {size}" if case.startswith("zoo:") else
+                 f"loop range({size:,}), sin+add")
         rows.append([
             label,
             f"{fmt(fj.ops)} / {fmt(dyn.ops)}",
@@ -731,7 +751,8 @@ def goal_rows(results):
         fj, dyn = [next(r for r in trace if (r.case, r.size, r.compiler) == (case, size, c))
                    for c in COMPILERS]
         speedup = ratio(dyn.us_per_op, fj.us_per_op)
-        rows.append([f"trace {case} {size:,}: Dynamo/framejit per op ≥ {GOALS['trace_speedup']:g}x",
+        name = f"zoo {case[4:]}" if case.startswith("zoo:") else f"{case} {size:,}"
+        rows.append([f"trace {name}: Dynamo/framejit per op ≥ {GOALS['trace_speedup']:g}x",
                      fmt(speedup), verdict(speedup, GOALS["trace_speedup"], at_least=True)])
     if calls:
         tiny, precomputed = calls[0], calls[2]

@@ -304,8 +304,11 @@ int runner_traverse(PyObject* obj, visitproc visit, void* arg) {
 
 int runner_clear(PyObject* obj) {
   auto* self = reinterpret_cast<GraphRunnerObject*>(obj);
-  delete self->program;
+  // Detached first: deleting releases Python objects, whose finalizers may run a GC pass
+  // (traverse) or call this runner, and must find no half-deleted program.
+  Program* program = self->program;
   self->program = nullptr;
+  delete program;
   return 0;
 }
 

@@ -99,7 +99,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       if (base->method == kNewObject) return new_object_attr(base, name);
       // A value this region stored there (latest write wins).
       for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {
-        if (it->target == base && it->name == name) return it->value;
+        // Global writes target their module by object: `import m; m.x` after `global x; x = t`.
+        const bool same = it->target == base || (PyModule_Check(base->obj.ptr()) &&
+                                                 it->target->obj.ptr() == base->obj.ptr());
+        if (same && it->name == name) return it->value;
       }
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {

@@ -348,7 +348,9 @@ void Tracer::store_global(const std::string& name, ValuePtr value) {
     if (module == nullptr) PyErr_Clear();
   }
   py::object owner = py::reinterpret_steal<py::object>(module);
-  if (!owner || !PyModule_Check(owner.ptr()) || PyModule_GetDict(owner.ptr()) != globals.ptr()) {
+  // An exact module: its setattr is the dict store STORE_GLOBAL does (a subclass may not be).
+  if (!owner || !PyModule_CheckExact(owner.ptr()) ||
+      PyModule_GetDict(owner.ptr()) != globals.ptr()) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to global '{}' of code run without its module", name);
   }
   if (!inlined()) {

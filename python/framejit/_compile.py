@@ -9,6 +9,7 @@ from .exc import FramejitWarning
 
 _nn_module = torch.nn.modules.module
 _jit_tracing = torch._C._get_tracing_state
+_MODULE_CALL = torch.nn.Module.__call__  # FX's tracer patches it while tracing
 
 _KNOWN_OPTIONS = {"recompile_limit"}
 
@@ -40,7 +41,10 @@ class CompiledModule(torch.nn.Module):
                 or md["_backward_hooks"] or md["_backward_pre_hooks"]
                 or _nn_module._global_forward_hooks or _nn_module._global_forward_pre_hooks
                 or _nn_module._global_backward_hooks or _nn_module._global_backward_pre_hooks
-                or "forward" in md or type(mod).forward is not d["_framejit_forward"]
+                or "forward" in md or "forward" in d
+                or type(mod).forward is not d["_framejit_forward"]
+                or d.get("_compiled_call_impl") is not None or md.get("_compiled_call_impl") is not None
+                or type(mod).__call__ is not _MODULE_CALL or torch.nn.Module.__call__ is not _MODULE_CALL
                 or _jit_tracing()):
             return torch.nn.Module.__call__(self, *args, **kwargs)
         return d["_framejit_forward_call"](mod, *args, **kwargs)

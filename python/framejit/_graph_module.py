@@ -13,6 +13,7 @@ builds the FX graph from the IR and turns the module into an ordinary GraphModul
 """
 import torch
 from torch.fx import GraphModule
+from torch.fx._lazy_graph_module import _LazyGraphModule
 
 # GraphModule state that only exists once the FX graph does; reading any of it materialises.
 _FX_STATE = frozenset({
@@ -21,8 +22,13 @@ _FX_STATE = frozenset({
 })
 
 
-class FramejitGraphModule(GraphModule):
-    """A GraphModule (``isinstance(gm, torch.fx.GraphModule)``) made lazily from framejit's IR."""
+class FramejitGraphModule(_LazyGraphModule):
+    """A GraphModule (``isinstance(gm, torch.fx.GraphModule)``) made lazily from framejit's IR.
+
+    It is a ``_LazyGraphModule`` so that torch's own callers that need real code first
+    (``torch.fx.Tracer.trace``, inductor) call ``force_recompile`` -> ``real_recompile``, which
+    materialises it. ``torch.jit.script`` needs ``gm.recompile()`` first, as for any lazy
+    GraphModule."""
 
     def __init__(self, runner, name: str):
         # GraphModule.__init__ would build and compile the FX graph now: only nn.Module's state.
@@ -80,6 +86,16 @@ class FramejitGraphModule(GraphModule):
         self._framejit_materialise(recompile=False)
         return GraphModule.recompile(self)
 
+    def real_recompile(self):
+        if "_framejit_runner" in self.__dict__:
+            self._framejit_materialise()
+        else:
+            super().real_recompile()
+
+    def _real_recompile(self):
+        self._framejit_materialise(recompile=False)
+        return GraphModule.recompile(self)
+
     def __deepcopy__(self, memo):
         self._framejit_materialise()
         return GraphModule.__deepcopy__(self, memo)
@@ -99,4 +115,7 @@ class FramejitGraphModule(GraphModule):
     def forward(self, *args):
         # Only reached on a copy made by GraphModule's own machinery before it recompiled.
         self._framejit_materialise()
+        if type(self).forward is FramejitGraphModule.forward:
+            raise RuntimeError("framejit GraphModule has neither its runner nor generated code; "
+                               "call recompile() after setting its graph")
         return type(self).forward(self, *args)

@@ -112,3 +112,14 @@ def test_globals_and_dict_items_rebound_between_calls_are_read_again():
     assert same(compiled(d), reads_item(d))
     d = {"a": torch.full((2,), 6.0)}  # a new dict, perhaps at the old one's address
     assert same(compiled(d), reads_item(d))
+
+
+def test_a_compiled_call_impl_set_on_the_module_is_honoured():
+    mod = Scale()
+    compiled = framejit.compile(mod, backend=CompileCounter())
+    x = torch.ones(3)
+    compiled(x)
+    mod._compiled_call_impl = lambda *args: "compiled elsewhere"  # what Module.compile() sets
+    assert compiled(x) == "compiled elsewhere"
+    mod._compiled_call_impl = None
+    assert same(compiled(x), mod(x))

@@ -4,6 +4,7 @@ compiled next to eager on separate but identical state, twice (the state carries
 first call to the second, as it would in a program), and after every call compares the result
 and the mutated state with eager's: a side effect must happen, once, in the same order, and
 not be lost when framejit breaks or falls back. The graph count is held to an exact number."""
+import sys
 import pytest
 import torch
 import torch.nn as nn
@@ -351,3 +352,17 @@ def test_the_same_code_with_other_globals_never_writes_the_first_module():
     STASH = None
     assert same(compiled(twin, x), x * 6 + 1)
     assert same(other_globals["STASH"], x * 2) and STASH is None  # not this module's global
+
+
+def write_then_read_through_the_module(x):
+    global STASH
+    STASH = x + 1
+    return sys.modules[__name__].STASH * 2  # the module read by attribute sees the write too
+
+
+def test_a_global_written_is_seen_through_its_module_object():
+    global STASH
+    compiled = framejit.compile(write_then_read_through_the_module, backend=CompileCounter())
+    x = rand(2, 3, seed=4)
+    assert same(compiled(x), (x + 1) * 2) and same(STASH, x + 1)
+    STASH = None

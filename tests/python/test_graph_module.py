@@ -158,3 +158,14 @@ def test_repeated_calls_keep_refcounts_flat():
     for _ in range(1000):
         compiled(x, y)
     assert (sys.getrefcount(x), sys.getrefcount(y)) == before
+
+
+def test_fx_symbolic_trace_of_the_graph_module_materialises_it_first():
+    keep = Keep()
+    compiled = framejit.compile(mixed, backend=keep)
+    args = inputs()
+    compiled(*args)
+    (gm,) = keep.gms
+    retraced = torch.fx.symbolic_trace(gm)  # Tracer.trace reads type(gm).forward.__code__
+    assert same(retraced(*args), mixed(*args))
+    assert "_graph" in gm.__dict__
