@@ -199,6 +199,17 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
   if (PyRefs::get().support.attr("global_module_hooks")().cast<bool>()) {
     FJ_UNSUPPORTED(kUnsupportedCall, "global nn.Module hooks are registered");
   }
+  // A module whose call is not nn.Module.__call__ (a class overriding __call__, or
+  // Module.compile() having set _compiled_call_impl) is called by the runtime.
+  py::object module_type = PyRefs::get().module_type;
+  py::object call = py::getattr(py::reinterpret_borrow<py::object>(
+                                    reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))),
+                                "__call__", py::none());
+  if (!call.is(module_type.attr("__call__")) ||
+      !py::getattr(obj, "_compiled_call_impl", py::none()).is_none()) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "module {} is not called through nn.Module.__call__",
+                   Py_TYPE(obj.ptr())->tp_name);
+  }
   py::object forward = py::getattr(py::reinterpret_borrow<py::object>(
                                        reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))),
                                    "forward", py::none());

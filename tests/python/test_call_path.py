@@ -123,3 +123,27 @@ def test_a_compiled_call_impl_set_on_the_module_is_honoured():
     assert compiled(x) == "compiled elsewhere"
     mod._compiled_call_impl = None
     assert same(compiled(x), mod(x))
+
+
+class Loud(Scale):
+    def __call__(self, *args):  # a class that changes what calling it does
+        return super().__call__(*args) * 100
+
+
+class Outer(nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) - 1
+
+
+def test_a_submodule_not_called_through_module_call_is_not_inlined_as_its_forward():
+    for inner in (Loud(), Scale()):
+        if isinstance(inner, Scale) and not isinstance(inner, Loud):
+            inner._compiled_call_impl = lambda x: x * 0 + 42  # what Module.compile() sets
+        model = Outer(inner)
+        compiled = framejit.compile(model, backend=CompileCounter())
+        x = torch.ones(3)
+        assert same(compiled(x), model(x))
