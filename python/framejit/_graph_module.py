@@ -77,14 +77,9 @@ class FramejitGraphModule(_LazyGraphModule):
         self._framejit_materialise(recompile=False)
         GraphModule.graph.fset(self, g)
 
-    @property
-    def code(self) -> str:
-        self._framejit_materialise()
-        return GraphModule.code.fget(self)
-
     def recompile(self):
-        self._framejit_materialise(recompile=False)
-        return GraphModule.recompile(self)
+        # Eager, as GraphModule's (a _LazyGraphModule only marks itself): returns PythonCode.
+        return self._real_recompile()
 
     def real_recompile(self):
         if "_framejit_runner" in self.__dict__:
@@ -93,6 +88,7 @@ class FramejitGraphModule(_LazyGraphModule):
             super().real_recompile()
 
     def _real_recompile(self):
+        # _LazyGraphModule's code, __str__, __reduce__ and lazy forward all come through here.
         self._framejit_materialise(recompile=False)
         return GraphModule.recompile(self)
 
@@ -103,19 +99,3 @@ class FramejitGraphModule(_LazyGraphModule):
     def __copy__(self):
         self._framejit_materialise()
         return GraphModule.__copy__(self)
-
-    def __reduce__(self):
-        self._framejit_materialise()
-        return GraphModule.__reduce__(self)
-
-    def __reduce_package__(self, exporter):
-        self._framejit_materialise()
-        return GraphModule.__reduce_package__(self, exporter)
-
-    def forward(self, *args):
-        # Only reached on a copy made by GraphModule's own machinery before it recompiled.
-        self._framejit_materialise()
-        if type(self).forward is FramejitGraphModule.forward:
-            raise RuntimeError("framejit GraphModule has neither its runner nor generated code; "
-                               "call recompile() after setting its graph")
-        return type(self).forward(self, *args)

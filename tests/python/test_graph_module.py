@@ -169,3 +169,21 @@ def test_fx_symbolic_trace_of_the_graph_module_materialises_it_first():
     retraced = torch.fx.symbolic_trace(gm)  # Tracer.trace reads type(gm).forward.__code__
     assert same(retraced(*args), mixed(*args))
     assert "_graph" in gm.__dict__
+
+
+@pytest.mark.parametrize("first_use", ["code", "str", "pickle"])
+def test_code_str_and_pickle_materialise_a_fresh_graph_module(first_use):
+    keep = Keep()
+    compiled = framejit.compile(mixed, backend=keep)
+    args = inputs()
+    compiled(*args)
+    (gm,) = keep.gms
+    assert "_graph" not in gm.__dict__
+    if first_use == "code":
+        assert "torch.cat" in gm.code
+    elif first_use == "str":
+        assert "torch.cat" in str(gm)
+    else:
+        assert same(pickle.loads(pickle.dumps(gm))(*args), mixed(*args))
+    assert "_graph" in gm.__dict__ and "_framejit_runner" not in gm.__dict__
+    assert same(gm(*args), mixed(*args))
