@@ -54,4 +54,10 @@ const std::string& PyRefs::short_dtype(py::handle dtype) {
   return cached(dtype_cache_, dtype, "short_dtype", support);
 }
 
+const std::string& PyRefs::short_dtype_of(int8_t code, py::handle tensor) {
+  std::string& name = dtype_by_code_[static_cast<uint8_t>(code) & 127];
+  if (name.empty()) name = short_dtype(tensor.attr("dtype"));
+  return name;
+}
+
 }  // namespace framejit

@@ -1,6 +1,7 @@
 // Python objects the tracer and runtime use over and over, looked up once at import.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 
@@ -32,11 +33,15 @@ struct PyRefs {
   const std::string& target_text(py::handle fn);
   // Cached per dtype object: "f32", "i64", ...
   const std::string& short_dtype(py::handle dtype);
+  // The same name by c10::ScalarType code, for a tensor whose code was read in C++ (the tensor's
+  // dtype is looked up in Python once per code).
+  const std::string& short_dtype_of(int8_t code, py::handle tensor);
 
  private:
   std::unordered_map<PyObject*, std::pair<py::object, std::string>> classify_cache_;
   std::unordered_map<PyObject*, std::pair<py::object, std::string>> target_cache_;
   std::unordered_map<PyObject*, std::pair<py::object, std::string>> dtype_cache_;
+  std::string dtype_by_code_[128];
 };
 
 }  // namespace framejit

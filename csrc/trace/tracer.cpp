@@ -372,10 +372,7 @@ TensorMeta Tracer::meta_of(py::handle meta, py::handle device) {
     // a fifth of the tracing time of a long chain.
     int8_t code = 0;
     tensor_sizes_and_dtype(meta.ptr(), out.sizes, code);
-    static std::string names[128];  // short dtype per ScalarType code, filled on first sight
-    std::string& name = names[static_cast<uint8_t>(code) & 127];
-    if (name.empty()) name = refs.short_dtype(meta.attr("dtype"));
-    out.dtype = name;
+    out.dtype = refs.short_dtype_of(code, meta);
   }
   out.device = device_string(device);
   return out;
