@@ -190,11 +190,17 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   std::unique_ptr<Tracer> traced;
   std::string failure;  // set: framejit could not trace here for a reason of its own
   constexpr int kMaxAttempts = 64;
+  // Sizes stay graph values where the backend runs any size; a region that ends at an
+  // instruction using one is traced again with sizes as constants (see StaticSizesRetrace).
+  bool symbolic_sizes = ctx.any_sizes;
   for (int i = 0;; ++i) {
     traced = std::make_unique<Tracer>(code, bytecode, fs, pc, &no_inline);
+    traced->set_symbolic_sizes(symbolic_sizes);
     try {
       traced->run();
       break;
+    } catch (const StaticSizesRetrace&) {
+      symbolic_sizes = false;
     } catch (const InlineBreak& inner) {
       if (i + 1 >= kMaxAttempts || no_inline.count(inner.site)) {
         failure = "internal error: inlining does not settle";

@@ -165,8 +165,11 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
                  base->describe());
 }
 
-ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
-  if (base->kind == VKind::kTensor) return record_operator("getitem", "[]", {base, key});
+ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
+  if (base->kind == VKind::kTensor) {
+    return record_operator("getitem", "[]", {base, concretize(key_in)});
+  }
+  const ValuePtr key = concretize(key_in);
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} with {}", base->describe(),
                    key->describe());
@@ -192,6 +195,9 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key) {
           items.push_back(base->items[at]);
         }
         if (base->kind == VKind::kList) return Value::list(std::move(items));
+        if (base->pytype.is(PyRefs::get().size_type)) {  // x.shape[1:] is a torch.Size
+          return Value::tuple(std::move(items), base->pytype);
+        }
         return Value::tuple(std::move(items));
       }
       break;

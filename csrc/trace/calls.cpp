@@ -323,6 +323,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
                            std::move(kwargs), "", name);
       }
       if (kind == "query") {
+        if (name == "size" && kwargs.empty() && args.size() <= 2) {
+          if (args.size() == 1) return tensor_shape(self, "Tensor.size()");
+          const ValuePtr dim = concretize(args[1]);
+          if (dim->is_const() && PyLong_CheckExact(dim->obj.ptr())) {
+            return tensor_size(self, dim->obj.cast<int64_t>(), "Tensor.size()");
+          }
+        }
         if (is_size_query(name)) note_size_read("Tensor." + name + "()");
         try {
           py::list rest;
@@ -340,6 +347,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(index.is_none() ? py::int_(-1) : index);
       }
       FJ_UNSUPPORTED(kDataDependent, "Tensor.{}() needs the tensor's data", name);
+    }
+    if (self->kind == VKind::kTuple && self->holds_size_expr()) {
+      // x.shape.numel(), x.size().index(n): methods of torch.Size need the numbers.
+      for (auto& a : args) a = concretize(a);
+      for (auto& kw : kwargs) kw.second = concretize(kw.second);
+      return call(fn, std::move(args), std::move(kwargs));
     }
     if (self->kind == VKind::kConst && is_python_constant(self->obj) &&
         all_constant({args.begin() + 1, args.end()}, kwargs)) {
@@ -487,10 +500,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_tensor()) {
-        note_size_read("len() of a tensor");
-        py::object shape = v->obj.attr("shape");
-        if (py::len(shape) == 0) FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
-        return Value::constant(shape[py::int_(0)]);
+        if (py::len(v->obj.attr("shape")) == 0) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
+        }
+        return tensor_size(v, 0, "len() of a tensor");
       }
       if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
         return Value::constant(py::int_(v->items.size()));
@@ -504,22 +517,44 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == "builtin" && !any_tensor(args, kwargs)) {
     bool symbolic = false;
-    for (const auto& a : args) symbolic = symbolic || a->kind == VKind::kSymNum;
+    bool sizes = false;
+    for (const auto& a : args) {
+      symbolic = symbolic || a->kind == VKind::kSymNum;
+      sizes = sizes || a->holds_size_expr();
+    }
+    for (const auto& kw : kwargs) sizes = sizes || kw.second->holds_size_expr();
     if (symbolic && kwargs.empty()) {
       // A pure builtin of numbers known only at run time (float(s), round(s, 2), max(s, 0)).
       py::list values;
+      bool numbers = true;
       for (const auto& a : args) {
         if (a->kind != VKind::kSymNum && !a->is_const()) {
-          FJ_UNSUPPORTED(kUnsupportedCall, "{}() of {}", callable_name(callable), a->describe());
+          if (!sizes) {
+            FJ_UNSUPPORTED(kUnsupportedCall, "{}() of {}", callable_name(callable), a->describe());
+          }
+          numbers = false;
+          break;
         }
         values.append(a->obj);
       }
-      try {
-        return Value::sym_num(callable, std::move(args), callable(*py::tuple(values)));
-      } catch (const py::error_already_set& e) {
-        FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
-                       e.what());
+      if (numbers) {
+        py::object result;
+        try {
+          result = callable(*py::tuple(values));
+        } catch (const py::error_already_set& e) {
+          FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}",
+                         callable_name(callable), e.what());
+        }
+        // A size stays symbolic through builtins that give a number (max(n, 1), math.sqrt(d));
+        // range(n), str(n), ... need its value.
+        if (!sizes || PyLong_CheckExact(result.ptr()) || PyFloat_CheckExact(result.ptr())) {
+          return Value::sym_num(callable, std::move(args), result);
+        }
       }
+    }
+    if (sizes) {
+      for (auto& a : args) a = concretize(a);
+      for (auto& kw : kwargs) kw.second = concretize(kw.second);
     }
   }
   if (kind == "query" || (kind == "builtin" && !any_tensor(args, kwargs))) {

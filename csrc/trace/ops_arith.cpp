@@ -54,6 +54,26 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
   }
+  bool sizes = false;
+  for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
+  if (sizes) {
+    // A shape holding symbolic sizes: `+` joins (x.shape[:-1] + (2, -1) stays symbolic, a
+    // torch.Size if the left side is one); anything else needs the numbers.
+    if (std::string(op.fn) == "add" && args.size() == 2 && args[0]->kind == VKind::kTuple &&
+        (args[1]->kind == VKind::kTuple ||
+         (args[1]->is_const() && PyTuple_Check(args[1]->obj.ptr())))) {
+      std::vector<ValuePtr> items = args[0]->items;
+      if (args[1]->kind == VKind::kTuple) {
+        items.insert(items.end(), args[1]->items.begin(), args[1]->items.end());
+      } else {
+        for (py::handle item : args[1]->obj) {
+          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+        }
+      }
+      return Value::tuple(std::move(items), args[0]->pytype);
+    }
+    for (auto& a : args) a = t.concretize(a);
+  }
   bool symbolic = false;
   for (const auto& a : args) {
     if (a->kind == VKind::kSymNum) {

@@ -52,7 +52,8 @@ void op_build_const_key_map(Tracer& t, const Instr& i) {
 
 void op_build_slice(Tracer& t, const Instr& i) {
   std::vector<ValuePtr> parts = t.pop_n(static_cast<size_t>(i.arg));
-  for (const auto& part : parts) {
+  for (auto& part : parts) {
+    part = t.concretize(part);  // x[:, :n] with n a size: the bound is specialised
     if (!part->is_const()) {
       FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
     }
@@ -156,7 +157,7 @@ void op_unpack_sequence(Tracer& t, const Instr& i) {
 
 void op_format_value(Tracer& t, const Instr& i) {
   ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
-  ValuePtr value = t.pop();
+  ValuePtr value = t.concretize(t.pop());
   if (!value->is_constant_tree() || (spec && !spec->is_const())) {
     FJ_UNSUPPORTED(kUnsupportedValue, "f-string of {}", value->describe());
   }

@@ -309,6 +309,11 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   // passed to torch are often sizes or dims that decide the output's shape.
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
+      if (v->is_size_expr()) {  // a graph value: x.size(0) and the arithmetic on it
+        ValuePtr lowered = std::make_shared<Value>(*v);
+        lowered->node = size_node(v);
+        return lowered;
+      }
       return PyFloat_CheckExact(v->obj.ptr()) ? scalar_input(v) : specialize(v);
     }
     if ((v->kind == VKind::kTuple || v->kind == VKind::kList) && !v->items.empty()) {
@@ -322,6 +327,9 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
       ValuePtr copy = std::make_shared<Value>(*v);
       copy->items = std::move(items);
       copy->source = -1;
+      if (copy->pytype.is(refs.size_type)) {  // a shape holding size nodes: a tuple in the graph
+        copy->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
+      }
       return copy;
     }
     return v;
@@ -499,7 +507,8 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
                                          "nbytes", "is_nested"};
   for (const char* constant : kMetaConstants) {
     if (name != constant) continue;
-    if (name == "shape" || name == "nbytes") note_size_read("Tensor." + name);
+    if (name == "shape") return tensor_shape(tensor, "Tensor.shape");
+    if (name == "nbytes") note_size_read("Tensor." + name);
     return Value::constant(tensor->obj.attr(constant));
   }
   const std::string device = py::str(tensor->device).cast<std::string>();

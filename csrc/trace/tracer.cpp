@@ -166,6 +166,8 @@ void Tracer::run() {
       }
       handler(*this, ins);
     } catch (Unsupported& e) {
+      fr->stack = saved_stack;
+      if (symbolic_sizes_ && stack_holds_size_expr()) throw StaticSizesRetrace{};
       if (depth > 1) {
         // Inside an inlined callee: the region must end at the outermost-but-one call instead,
         // so retrace with this callee's call site not inlined.
@@ -451,13 +453,19 @@ ValuePtr Tracer::specialize(const ValuePtr& value) {
   if (value->kind != VKind::kSymNum) return value;
   std::vector<ValuePtr> leaves;
   collect_leaves(value, leaves);
-  for (const auto& leaf : leaves) guards_.add_const(leaf->source, leaf->obj.ptr());
+  for (const auto& leaf : leaves) {
+    if (leaf->size_of) {
+      note_size_read("a size used as a Python value");
+    } else {
+      guards_.add_const(leaf->source, leaf->obj.ptr());
+    }
+  }
   return Value::constant(value->obj);
 }
 
 ValuePtr Tracer::scalar_input(const ValuePtr& value) {
   auto found = scalar_inputs_.find(value.get());
-  if (found != scalar_inputs_.end()) return found->second;
+  if (found != scalar_inputs_.end()) return found->second.second;
   // How to compute the number from the entry state, evaluated before each run of the graph.
   std::function<Rebuild(const ValuePtr&)> expr = [&](const ValuePtr& v) -> Rebuild {
     if (v->kind != VKind::kSymNum) return Rebuild::constant(v->obj);
@@ -474,7 +482,7 @@ ValuePtr Tracer::scalar_input(const ValuePtr& value) {
   inputs_.push_back(expr(value));
   auto input = std::make_shared<Value>(*value);
   input->node = node;
-  scalar_inputs_[value.get()] = input;
+  scalar_inputs_[value.get()] = std::make_pair(value, input);
   return input;
 }
 
@@ -483,6 +491,7 @@ bool Tracer::truthy(const ValuePtr& value) {
     case VKind::kTensor:
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
+      if (value->is_size_expr()) return truthy(specialize(value));
       FJ_UNSUPPORTED(kDataDependent, "branch on a number computed at run time");
     case VKind::kConst: {
       const int result = PyObject_IsTrue(value->obj.ptr());
@@ -609,6 +618,11 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
       return r;
     }
     case VKind::kSymNum: {
+      if (value->size_of) {  // the size of a tensor the exit has: read again from it
+        return Rebuild::call(PyRefs::get().tensor_type.attr("size"),
+                             {rebuild_of(value->size_of),
+                              Rebuild::constant(py::int_(value->size_dim))});
+      }
       std::vector<Rebuild> args;
       for (const auto& item : value->items) args.push_back(rebuild_of(item));
       return Rebuild::call(value->fn, std::move(args));

@@ -51,6 +51,11 @@ struct InlineBreak {
   std::string reason;
 };
 
+// Thrown out of Tracer::run when a region with symbolic sizes ends at an instruction that had a
+// size expression among its operands: the caller retraces with sizes as constants (specialised),
+// so a symbolic size never makes a region shorter than a constant one would.
+struct StaticSizesRetrace {};
+
 // One Python frame being traced: the region's own frame (the root) or an inlined callee.
 struct TraceFrame {
   PyCodeObject* code = nullptr;  // borrowed: the root frame's, or kept alive by `function`
@@ -197,8 +202,23 @@ class Tracer {
   // Whether a source reads the frame's own state (locals, stack, items of those): numbers there
   // are not specialised in regions that start mid-frame.
   bool is_frame_state(int slot) const;
-  // Pins a number to its trace-time value (guards on every source it came from).
+  // Pins a number to its trace-time value (guards on every source it came from; a size in it
+  // specialises the trace's sizes).
   ValuePtr specialize(const ValuePtr& value);
+
+  // ---- symbolic sizes (sizes.cpp) ----
+  // Whether sizes read from tensors stay graph values until Python needs their value.
+  void set_symbolic_sizes(bool on) { symbolic_sizes_ = on; }
+  // Size `dim` of a tensor value: a size expression (symbolic), or a constant that specialises
+  // the trace's sizes. `how` names the read for the guards log.
+  ValuePtr tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how);
+  // x.shape / x.size(): a torch.Size of tensor_size() items.
+  ValuePtr tensor_shape(const ValuePtr& tensor, const std::string& how);
+  // The graph node computing a size expression (x.size(0), then operator nodes on it), made
+  // once per value.
+  Node* size_node(const ValuePtr& value);
+  // The value with every size expression in it pinned to its trace-time value.
+  ValuePtr concretize(const ValuePtr& value);
   // The children of a module container with a source (ModuleList, Sequential, ParameterList),
   // or the keys of a ModuleDict, in iteration order, with a guard on their number. False for
   // anything else.
@@ -245,6 +265,12 @@ class Tracer {
   std::vector<CallSite> inference_sites_;  // open in-graph inference_mode blocks (BEFORE_WITH)
   std::vector<py::object> inference_contexts_;  // their trace-time contexts, innermost last
   std::string size_read_;  // the first way a size was read, "" if none
+  bool symbolic_sizes_ = false;
+  // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
+  std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;
+  // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.
+  std::unordered_map<const Value*, std::pair<ValuePtr, Node*>> size_nodes_;
+  bool stack_holds_size_expr() const;
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);
   std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,
@@ -275,7 +301,8 @@ class Tracer {
   Graph graph_;
   std::vector<Rebuild> inputs_;
   std::unordered_map<int, ValuePtr> by_slot_;
-  std::unordered_map<const Value*, ValuePtr> scalar_inputs_;
+  // Key (held alive, as above) -> the graph input standing for it.
+  std::unordered_map<const Value*, std::pair<ValuePtr, ValuePtr>> scalar_inputs_;
   struct PendingWrite {
     ValuePtr target;
     std::string name;

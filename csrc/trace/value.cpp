@@ -94,6 +94,29 @@ ValuePtr Value::iter(std::vector<ValuePtr> items) {
   return v;
 }
 
+bool Value::is_size_expr() const {
+  if (kind != VKind::kSymNum) return false;
+  if (size_of) return true;
+  if (!fn) return false;  // an entry number
+  bool any = false;
+  for (const auto& item : items) {
+    if (item->kind == VKind::kSymNum) {
+      if (!item->is_size_expr()) return false;
+      any = true;
+    }
+  }
+  return any;
+}
+
+bool Value::holds_size_expr() const {
+  if (kind == VKind::kSymNum) return is_size_expr();
+  if (kind != VKind::kTuple && kind != VKind::kList && kind != VKind::kDict) return false;
+  for (const auto& item : items) {
+    if (item->holds_size_expr()) return true;
+  }
+  return false;
+}
+
 bool Value::is_constant_tree() const {
   switch (kind) {
     case VKind::kConst:

@@ -20,7 +20,8 @@ enum class VKind : uint8_t {
   kDict,    // dict with constant keys
   kNull,    // the NULL CPython pushes before a callable
   kSymNum,  // a Python int/float whose value is not specialised: an entry value of a region that
-            // starts mid-frame (e.g. the result of .item()), or arithmetic on such values
+            // starts mid-frame (e.g. the result of .item()), a tensor's size (sizes.cpp), or
+            // arithmetic on such values
   kIter,    // an iterator over `items` being unrolled; `index` items already consumed
   kCell,    // a closure cell: `items` holds its content (empty: an empty cell); `source` set for a
             // cell that existed before the trace (read-only here)
@@ -71,6 +72,8 @@ struct Value {
   size_t index = 0;              // kIter: items consumed so far
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
+  ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value
+  int size_dim = -1;
 
   static ValuePtr constant(py::object value, int source = -1);
   static ValuePtr object(py::object value, int source = -1);
@@ -86,6 +89,10 @@ struct Value {
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }
   bool is_sequence() const { return kind == VKind::kTuple || kind == VKind::kList; }
+  // A number computed from tensor sizes and constants only (no run-time entry numbers).
+  bool is_size_expr() const;
+  // Whether a size expression occurs anywhere in this value (containers searched).
+  bool holds_size_expr() const;
   // Whether this value (recursively) is fully known at trace time.
   bool is_constant_tree() const;
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.

@@ -353,6 +353,8 @@ example("x.T * x.numel() if x.dtype == torch.float32 else x")(
 example("torch.max(x, dim=0).values")(lambda x: torch.max(x, dim=0).values)
 example("x[..., None, ::2][idx]")(lambda x: x[..., None, ::2][torch.tensor([0, 2])])
 example("x.reshape(x.shape[:-1] + (2, -1))")(lambda x: x.reshape(x.shape[:-1] + (2, -1)))
+example("x.view(x.size(0), -1)")(lambda x: x.view(x.size(0), -1) * 2)
+example("if x.size(0) > 2:")(lambda x: x * 2 if x.size(0) > 2 else x)
 example("x[x > 0]")(lambda x: x[x > 0] * 2)
 example("x.reshape(-1, *x.shape[1:])")(lambda x: x.reshape(-1, *x.shape[1:]) * 2)
 example("s = x.sum().item()")(lambda x: x * x.sum().item())

@@ -1,0 +1,144 @@
+// Symbolic sizes: a tensor size read by traced code (x.shape, x.size(d), len(x)) is a number
+// the trace knows (its value now) that stays a graph value while it only flows into torch calls,
+// directly or through arithmetic: `x.view(x.size(0), -1)` records `size = x.size(0)` and passes
+// the node, so a new batch size runs the same graph. The moment Python needs the number itself
+// (a branch, range(), a slice bound, an f-string, a container index), Tracer::specialize pins it
+// and the region's sizes are guarded as they are (note_size_read).
+//
+// Only regions whose backend runs any size get symbolic sizes (CompileContext::any_sizes): for
+// the others every size is guarded anyway, and constants make the simpler graph.
+#include <cstring>
+
+#include "trace/pyrefs.h"
+#include "trace/tracer.h"
+
+namespace framejit {
+
+namespace {
+
+// Graph text for operator functions on sizes: `size // 4` rather than operator.floordiv(...).
+// In-place forms (`n *= 2` on an int) are recorded as the plain operator: ints are immutable.
+struct SizeOperator {
+  const char* name;
+  const char* infix;
+};
+constexpr SizeOperator kSizeOperators[] = {
+    {"add", "+"}, {"sub", "-"},  {"mul", "*"}, {"floordiv", "//"}, {"truediv", "/"},
+    {"mod", "%"}, {"pow", "**"}, {"neg", "-"}, {"pos", "+"},
+};
+
+const SizeOperator* size_operator(py::handle fn) {
+  py::object module = py::getattr(fn, "__module__", py::none());
+  if (module.is_none() || module.cast<std::string>() != "_operator") return nullptr;
+  std::string name = py::getattr(fn, "__name__").cast<std::string>();
+  for (const SizeOperator& op : kSizeOperators) {
+    if (name == op.name || (name.size() > 1 && name[0] == 'i' && name.substr(1) == op.name)) {
+      return &op;
+    }
+  }
+  return nullptr;
+}
+
+TensorMeta number_meta(py::handle value) {
+  TensorMeta meta;
+  meta.scalar = true;
+  meta.dtype = PyBool_Check(value.ptr())    ? "b8"
+               : PyFloat_Check(value.ptr()) ? "f64"
+                                            : "i64";
+  return meta;
+}
+
+}  // namespace
+
+ValuePtr Tracer::tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how) {
+  py::object sizes = tensor->obj.attr("shape");
+  const int64_t rank = static_cast<int64_t>(py::len(sizes));
+  if (dim < 0) dim += rank;
+  if (dim < 0 || dim >= rank) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "{}: dimension {} out of range for a tensor of rank {}",
+                   how, dim, rank);
+  }
+  py::object value = sizes[py::int_(dim)];
+  if (!symbolic_sizes_) {
+    note_size_read(how);
+    return Value::constant(value);
+  }
+  auto key = std::make_pair(tensor->node, dim);
+  auto found = size_leaves_.find(key);
+  if (found != size_leaves_.end()) return found->second;
+  ValuePtr leaf = Value::sym_num(py::object(), {}, value);
+  leaf->size_of = tensor;
+  leaf->size_dim = static_cast<int>(dim);
+  size_leaves_.emplace(key, leaf);
+  return leaf;
+}
+
+ValuePtr Tracer::tensor_shape(const ValuePtr& tensor, const std::string& how) {
+  py::object sizes = tensor->obj.attr("shape");
+  if (!symbolic_sizes_) {
+    note_size_read(how);
+    return Value::constant(sizes);
+  }
+  const int64_t rank = static_cast<int64_t>(py::len(sizes));
+  std::vector<ValuePtr> items;
+  for (int64_t d = 0; d < rank; ++d) items.push_back(tensor_size(tensor, d, how));
+  return Value::tuple(std::move(items), PyRefs::get().size_type);
+}
+
+Node* Tracer::size_node(const ValuePtr& value) {
+  FJ_CHECK(value->is_size_expr(), "size_node of {}", value->describe());
+  auto found = size_nodes_.find(value.get());
+  if (found != size_nodes_.end()) return found->second.second;
+  PyRefs& refs = PyRefs::get();
+  Node* node = nullptr;
+  if (value->size_of) {
+    node = graph_.add_call(NodeKind::kCallMethod, py::str("size"), "size", "",
+                           {Arg::of(value->size_of->node), Arg::constant(py::int_(value->size_dim))},
+                           {}, value->obj, {number_meta(value->obj)}, false, instr().line, "size");
+  } else {
+    std::vector<Arg> args;
+    for (const auto& item : value->items) {
+      args.push_back(item->kind == VKind::kSymNum ? Arg::of(size_node(item))
+                                                  : Arg::constant(item->obj));
+    }
+    py::object target = value->fn;
+    std::string infix;
+    std::string hint;
+    if (const SizeOperator* op = size_operator(value->fn)) {
+      target = refs.operator_module.attr(op->name);
+      infix = op->infix;
+      hint = op->name;
+    } else {
+      hint = py::getattr(value->fn, "__name__", py::str("sym")).cast<std::string>();
+    }
+    const std::string text = refs.target_text(target);
+    node = graph_.add_call(NodeKind::kCallFunction, target, text, infix, std::move(args), {},
+                           value->obj, {number_meta(value->obj)}, false, instr().line, hint);
+  }
+  locate(node);
+  size_nodes_.emplace(value.get(), std::make_pair(value, node));
+  return node;
+}
+
+ValuePtr Tracer::concretize(const ValuePtr& value) {
+  if (value->kind == VKind::kSymNum) return value->is_size_expr() ? specialize(value) : value;
+  if (!value->holds_size_expr()) return value;
+  ValuePtr copy = std::make_shared<Value>(*value);
+  copy->source = -1;
+  for (auto& item : copy->items) item = concretize(item);
+  if (copy->kind == VKind::kTuple && copy->is_constant_tree()) {
+    return Value::constant(copy->as_python());  // torch.Size(...) again for a shape
+  }
+  return copy;
+}
+
+bool Tracer::stack_holds_size_expr() const {
+  for (const auto& frame : frames_) {
+    for (const auto& value : frame->stack) {
+      if (value && value->holds_size_expr()) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace framejit

@@ -1,0 +1,170 @@
+"""Symbolic sizes: a size that only flows into torch calls is a graph value (`x.size(0)`), so a
+new batch size runs the same graph; a size Python needs (a branch, range, a slice bound, a
+string) specialises the region's sizes. Each test compares with eager and counts graphs."""
+import math
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, normalize_graph, regions, same
+
+
+def run_sizes(fn, shapes, backend=None, **kwargs):
+    """Compiles fn, calls it on a random tensor of each shape, checks each result against eager;
+    returns the counter."""
+    counter = CompileCounter(backend)
+    compiled = framejit.compile(fn, backend=counter, **kwargs)
+    for shape in shapes:
+        x = torch.randn(*shape)
+        assert same(compiled(x), fn(x)), shape
+    return counter
+
+
+def graph_text(fn):
+    return "".join(normalize_graph(r["graph"]) for r in regions(fn) if r["graph"])
+
+
+def flatten_rows(x):
+    return x.view(x.size(0), -1) * 2
+
+
+def test_size_passed_to_view_is_a_graph_value():
+    counter = run_sizes(flatten_rows, [(2, 3, 4), (5, 3, 4), (7, 3, 4)])
+    assert counter.frame_count == 1
+    assert graph_text(flatten_rows) == (
+        'def forward(self, x: "f32[2, 3, 4]"):\n'
+        "    # File: test_symbolic_sizes.py:29 in flatten_rows, code: return x.view(x.size(0), -1) * 2\n"
+        '    size: "Sym(i64)" = x.size(0)\n'
+        '    view: "f32[2, 12]" = x.view(size, -1)\n'
+        '    mul: "f32[2, 12]" = view * 2\n'
+        "    return (mul,)\n"
+    )
+
+
+def heads(x):
+    batch, time, channels = x.shape
+    q = x.view(batch, time, 2, channels // 2).transpose(1, 2)
+    att = q @ q.transpose(-2, -1) / math.sqrt(q.size(-1))
+    return (att.softmax(-1) @ q).transpose(1, 2).reshape(x.shape[:-1] + (-1,))
+
+
+def test_shape_unpacked_divided_and_joined_stays_symbolic():
+    counter = run_sizes(heads, [(2, 4, 8), (3, 4, 8), (3, 6, 8)])
+    assert counter.frame_count == 1
+    text = graph_text(heads)
+    assert "floordiv: \"Sym(i64)\" = size_2 // 2" in text
+    assert "math.sqrt(size_3)" in text
+    assert "reshape((size, size_1, -1))" in text
+
+
+def test_size_in_a_branch_specialises():
+    def branchy(x):
+        if x.size(0) > 2:
+            return x * 2
+        return x + 1
+
+    counter = run_sizes(branchy, [(2, 3), (3, 3), (2, 3), (4, 3)])
+    assert counter.frame_count == 3  # sizes 2, 3 and 4: each traced once
+
+
+def test_size_in_range_and_fstring_specialises():
+    def unrolled(x):
+        out = x
+        for i in range(x.shape[0]):
+            out = out + x[i]
+        return out, f"{x.shape}"
+
+    counter = run_sizes(unrolled, [(2, 3), (3, 3), (2, 3)])
+    assert counter.frame_count == 2
+
+
+def test_slice_bound_from_a_size_specialises():
+    def crop(x):
+        return x[:, : x.size(1) - 1] * 2
+
+    counter = run_sizes(crop, [(2, 4), (2, 5)])
+    assert counter.frame_count == 2
+
+
+def test_returned_sizes_are_read_at_run_time():
+    def with_sizes(x):
+        return x * 2, x.shape[0], x.size(), len(x) + 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(with_sizes, backend=counter)
+    for n in (2, 5, 3):
+        x = torch.randn(n, 3)
+        out = compiled(x)
+        assert same(out, with_sizes(x))
+        assert type(out[2]) is torch.Size
+    assert counter.frame_count == 1
+
+
+def test_sizes_in_factories_and_builtins():
+    def factories(x):
+        rows = max(x.size(0), 1)
+        return torch.zeros(rows, 3) + torch.arange(x.shape[1]).float() + x.new_ones(x.shape)
+
+    counter = run_sizes(factories, [(2, 3), (4, 3), (6, 3)])
+    assert counter.frame_count == 1
+    assert "max(size, 1)" in graph_text(factories)
+
+
+def test_size_methods_need_the_numbers():
+    def numel_scale(x):
+        return x / x.shape.numel()
+
+    counter = run_sizes(numel_scale, [(2, 3), (4, 3)])
+    assert counter.frame_count == 2
+
+
+def test_size_kept_across_a_break():
+    def across(x):
+        n = x.size(0)
+        print("batch")  # a break: n lives on in the frame
+        return x.reshape(n, -1) + n
+
+    counter = run_sizes(across, [(2, 3, 2), (4, 3, 2)])
+    assert counter.frame_count == 2  # the region after the print specialises on n
+
+
+def test_size_operand_of_a_break_retraces_with_constant_sizes(capsys):
+    def printed(x):
+        y = x * 2
+        print(y.size(0))
+        return y + 1
+
+    run_sizes(printed, [(2, 3), (3, 3)])
+    assert capsys.readouterr().out.split() == ["2", "2", "3", "3"]
+    kinds = [r["exit"] for r in regions(printed)]
+    assert kinds[0] == "call"
+
+
+def test_a_backend_that_is_not_shape_generic_gets_constants():
+    graphs = []
+
+    def fixed_backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    compiled = framejit.compile(flatten_rows, backend=fixed_backend)
+    x = torch.randn(2, 3, 4)
+    assert same(compiled(x), flatten_rows(x))
+    assert "size" not in [n.target for n in graphs[0].graph.nodes]
+
+
+def test_dynamic_false_gets_constants():
+    counter = run_sizes(flatten_rows, [(2, 3, 4), (5, 3, 4)], dynamic=False)
+    assert counter.frame_count == 2
+    assert all(n.target != "size" for g in counter.graphs for n in g.graph.nodes)
+
+
+@pytest.mark.parametrize("backend", ["eager", "native"])
+def test_backends_run_symbolic_sizes(backend):
+    counter = CompileCounter(getattr(framejit.backends, backend))
+    compiled = framejit.compile(heads, backend=counter)
+    for shape in [(2, 4, 8), (5, 4, 8), (2, 4, 8)]:
+        x = torch.randn(*shape)
+        assert same(compiled(x), heads(x), rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
