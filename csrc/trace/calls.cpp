@@ -331,6 +331,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
           }
         }
         if (is_size_query(name)) note_size_read("Tensor." + name + "()");
+        make_constant_args(args, kwargs);
         try {
           py::list rest;
           for (size_t i = 1; i < args.size(); ++i) rest.append(args[i]->as_python());
@@ -558,6 +559,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
   }
   if (kind == "query" || (kind == "builtin" && !any_tensor(args, kwargs))) {
+    if (kind == "query") make_constant_args(args, kwargs);
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() on values not known at trace time",
                      callable_name(callable));

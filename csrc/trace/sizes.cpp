@@ -8,6 +8,7 @@
 // Only regions whose backend runs any size get symbolic sizes (CompileContext::any_sizes): for
 // the others every size is guarded anyway, and constants make the simpler graph.
 #include <cstring>
+#include <functional>
 
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
@@ -130,6 +131,42 @@ ValuePtr Tracer::concretize(const ValuePtr& value) {
     return Value::constant(copy->as_python());  // torch.Size(...) again for a shape
   }
   return copy;
+}
+
+void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
+  for (auto it = size_leaves_.begin(); it != size_leaves_.end();) {
+    if (it->first.first != tensor->node) {
+      ++it;
+      continue;
+    }
+    // Every expression holding the leaf sees it turn into its trace-time constant.
+    Value& leaf = *it->second;
+    note_size_read(why);
+    leaf.kind = VKind::kConst;
+    leaf.size_of.reset();
+    leaf.size_dim = -1;
+    it = size_leaves_.erase(it);
+  }
+}
+
+void Tracer::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
+  std::function<ValuePtr(const ValuePtr&)> pin = [&](const ValuePtr& v) -> ValuePtr {
+    if (v->kind == VKind::kSymNum) return specialize(v);
+    if (v->kind != VKind::kTuple && v->kind != VKind::kList && v->kind != VKind::kDict) return v;
+    bool changed = false;
+    std::vector<ValuePtr> items;
+    for (const auto& item : v->items) {
+      items.push_back(pin(item));
+      changed = changed || items.back() != item;
+    }
+    if (!changed) return v;
+    ValuePtr copy = std::make_shared<Value>(*v);
+    copy->items = std::move(items);
+    copy->source = -1;
+    return copy;
+  };
+  for (auto& a : args) a = pin(a);
+  for (auto& kw : kwargs) kw.second = pin(kw.second);
 }
 
 bool Tracer::stack_holds_size_expr() const {

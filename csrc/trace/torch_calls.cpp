@@ -23,6 +23,34 @@ std::string error_summary(const py::error_already_set& error) {
   return text;
 }
 
+// The last part of a call target's text: "split" for "torch.split" or method "split".
+std::string base_name(const std::string& target_text) {
+  const auto dot = target_text.rfind('.');
+  return dot == std::string::npos ? target_text : target_text.substr(dot + 1);
+}
+
+// Ops whose number of results depends on the input's sizes.
+bool splits_by_size(const std::string& target_text) {
+  static const char* kNames[] = {"split", "chunk", "unbind", "tensor_split", "hsplit", "vsplit",
+                                 "dsplit", "unsafe_split", "unsafe_chunk", "split_with_sizes"};
+  const std::string name = base_name(target_text);
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
+// In-place ops that change the shape of the tensor they mutate.
+bool changes_shape_inplace(const std::string& target_text) {
+  static const char* kNames[] = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_",
+                                 "squeeze_", "resize_", "resize_as_", "as_strided_", "set_"};
+  const std::string name = base_name(target_text);
+  for (const char* n : kNames) {
+    if (name == n) return true;
+  }
+  return false;
+}
+
 py::object meta_value(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kSymNum:  // a scalar graph input: its trace-time value gives the metadata
@@ -309,13 +337,15 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   // passed to torch are often sizes or dims that decide the output's shape.
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
-      if (v->is_size_expr()) {  // a graph value: x.size(0) and the arithmetic on it
+      // A bool decides the result's structure (keepdim=n > 2): it needs its value.
+      if (v->is_size_expr() && !PyBool_Check(v->obj.ptr())) {  // a graph value: x.size(0), ...
         ValuePtr lowered = std::make_shared<Value>(*v);
         lowered->node = size_node(v);
         return lowered;
       }
       return PyFloat_CheckExact(v->obj.ptr()) ? scalar_input(v) : specialize(v);
     }
+    if (v->kind == VKind::kDict) return concretize(v);
     if ((v->kind == VKind::kTuple || v->kind == VKind::kList) && !v->items.empty()) {
       bool changed = false;
       std::vector<ValuePtr> items;
@@ -440,6 +470,9 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
                         is_inplace_operator(target_text) ||
                         (!is_method && !target_text.empty() && target_text.back() == '_'));
 
+  if (inplace && changes_shape_inplace(target_text)) {
+    pin_sizes_of(args[0], target_text + " changed the shape sizes were read from");
+  }
   if (is_tensor(result.ptr())) {
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
@@ -451,6 +484,11 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   const bool is_list = PyList_Check(result.ptr());
   if ((PyTuple_Check(result.ptr()) || is_list) && py::len(result) > 0 &&
       all_tensors(result)) {
+    if (splits_by_size(target_text)) {
+      // How many tensors split / chunk / unbind return depends on the sizes: the graph's
+      // structure holds for these sizes only.
+      note_size_read(target_text + "() (its number of results depends on the sizes)");
+    }
     std::vector<TensorMeta> metas;
     for (py::handle item : result) metas.push_back(meta_of(item, device));
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),

@@ -469,6 +469,10 @@ ValuePtr Tracer::scalar_input(const ValuePtr& value) {
   // How to compute the number from the entry state, evaluated before each run of the graph.
   std::function<Rebuild(const ValuePtr&)> expr = [&](const ValuePtr& v) -> Rebuild {
     if (v->kind != VKind::kSymNum) return Rebuild::constant(v->obj);
+    if (v->size_of) {  // a size mixed with run-time numbers: pinned
+      note_size_read("a size in arithmetic with a number known only at run time");
+      return Rebuild::constant(v->obj);
+    }
     if (!v->fn) return Rebuild::slot(v->source);
     std::vector<Rebuild> args;
     for (const auto& item : v->items) args.push_back(expr(item));

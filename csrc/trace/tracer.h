@@ -219,6 +219,12 @@ class Tracer {
   Node* size_node(const ValuePtr& value);
   // The value with every size expression in it pinned to its trace-time value.
   ValuePtr concretize(const ValuePtr& value);
+  // After an in-place op on `tensor` that may change its shape (x.t_(), x.unsqueeze_(0)): the
+  // sizes read from it before are pinned (they are what they were, not what the tensor has now).
+  void pin_sizes_of(const ValuePtr& tensor, const std::string& why);
+  // Arguments of a call answered at trace time (a metadata query): every number known only at
+  // run time, sizes included, pinned to its trace-time value (also inside containers).
+  void make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs);
   // The children of a module container with a source (ModuleList, Sequential, ParameterList),
   // or the keys of a ModuleDict, in iteration order, with a guard on their number. False for
   // anything else.

@@ -98,14 +98,10 @@ bool Value::is_size_expr() const {
   if (kind != VKind::kSymNum) return false;
   if (size_of) return true;
   if (!fn) return false;  // an entry number
-  bool any = false;
   for (const auto& item : items) {
-    if (item->kind == VKind::kSymNum) {
-      if (!item->is_size_expr()) return false;
-      any = true;
-    }
+    if (item->kind == VKind::kSymNum && !item->is_size_expr()) return false;
   }
-  return any;
+  return true;  // sizes, or arithmetic whose sizes were since pinned to constants
 }
 
 bool Value::holds_size_expr() const {

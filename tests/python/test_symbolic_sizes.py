@@ -168,3 +168,54 @@ def test_backends_run_symbolic_sizes(backend):
         x = torch.randn(*shape)
         assert same(compiled(x), heads(x), rtol=1e-4, atol=1e-5)
     assert counter.frame_count == 1
+
+
+# Review findings, each once silently wrong (or a crash) for a second batch size.
+def read_then_unsqueeze_(x):
+    y = x * 2
+    n = y.size(0)
+    y.unsqueeze_(0)  # n stays the size it was read as
+    return torch.zeros(n), y.size(0)
+
+
+def read_then_t_(x):
+    y = x * 2
+    n = y.size(0)
+    y.t_()
+    return torch.zeros(n, y.size(0))
+
+
+def split_count_from_size(x):
+    return torch.stack([p.sum() for p in x.split(x.size(0) // 2)])
+
+
+def split_count_from_constant(x):
+    return torch.stack([p.sum() for p in x.split(2)])  # how many pieces depends on the size
+
+
+def chunk_count(x):
+    return x * len(torch.chunk(x, x.size(0)))
+
+
+def keepdim_from_size(x):
+    return x.sum(1, keepdim=x.size(0) > 2) * 2
+
+
+def size_times_item(x):
+    s = x.sum().item()  # a break: s is a run-time number in the next region
+    return x * (x.size(0) * s)
+
+
+def size_as_query_argument(x):
+    return x * x.stride(min(len(x), 2) - 1) + x.to(torch.result_type(x, x.size(0)))
+
+
+@pytest.mark.parametrize("fn", [read_then_unsqueeze_, read_then_t_, split_count_from_size,
+                                split_count_from_constant, chunk_count, keepdim_from_size,
+                                size_times_item, size_as_query_argument],
+                         ids=lambda fn: fn.__name__)
+def test_sizes_whose_value_decides_the_graph_are_specialised(fn):
+    compiled = framejit.compile(fn, backend=CompileCounter())
+    for shape in [(2, 3), (5, 3), (4, 3), (2, 3)]:
+        x = torch.randn(*shape)
+        assert same(compiled(x.clone()), fn(x.clone())), shape
