@@ -127,6 +127,14 @@ PYBIND11_MODULE(_C, m) {
       "torch._dynamo.reset()), and a cold op costs 100-200 us on meta tensors.");
   m.def("clear_meta_cache", &clear_meta_cache,
         "Drops the cache of meta results (op, argument metadata) -> result metadata.");
+  m.def(
+      "meta_stats",
+      []() {
+        const MetaCacheStats& s = meta_cache_stats();
+        return py::dict(py::arg("hits") = s.hits, py::arg("misses") = s.misses,
+                        py::arg("uncacheable") = s.uncacheable);
+      },
+      "How traced torch calls got their meta results: hits, misses, uncacheable (counts).");
   m.def("set_skip_rules", &set_skip_rules, py::arg("skip"), py::arg("allow"));
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),

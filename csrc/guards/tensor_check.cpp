@@ -148,6 +148,20 @@ PyObject* make_meta_tensor(const MetaShape& shape) {
   return THPVariable_Wrap(std::move(t));
 }
 
+PyObject* meta_like(PyObject* tensor) {
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  if (t.layout() != c10::kStrided || t.is_quantized() || t.is_nested() || t.is_mkldnn()) {
+    return nullptr;
+  }
+  MetaShape shape = meta_shape_of(tensor);
+  shape.storage_offset = 0;
+  return make_meta_tensor(shape);
+}
+
+bool is_plain_tensor_type(PyObject* obj) {
+  return THPVariable_CheckExact(obj);
+}
+
 GlobalTorchState current_global_torch_state() {
   GlobalTorchState state;
   state.grad_enabled = c10::GradMode::is_enabled();

@@ -60,6 +60,12 @@ void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& 
 std::string device_text(PyObject* device);
 // A new meta tensor with that metadata (New reference).
 PyObject* make_meta_tensor(const MetaShape& shape);
+// A meta tensor with a dense tensor's sizes, strides, dtype and requires_grad (New reference);
+// nullptr, with no error set, for other layouts (sparse, quantized, nested, mkldnn).
+PyObject* meta_like(PyObject* tensor);
+// Whether obj is exactly a torch.Tensor or an nn.Parameter (types with no __torch_function__
+// of their own). Borrowed: obj.
+bool is_plain_tensor_type(PyObject* obj);
 
 // Global torch state a trace depends on: grad mode and the default dtype.
 struct GlobalTorchState {

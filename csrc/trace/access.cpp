@@ -9,6 +9,51 @@ namespace framejit {
 
 namespace {
 
+// How obj.name resolves in the common cases, read in C as framejit._support.resolve_attribute
+// would answer them: instance state (the instance __dict__, or an nn.Module's _parameters /
+// _buffers / _modules) and plain functions defined on the class. False for anything else
+// (classes, properties, other descriptors, class values, missing names): ask resolve_attribute.
+bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py::object& value) {
+  if (PyType_Check(obj) || Py_TYPE(obj)->tp_dictoffset == 0) return false;
+  py::str key(name);
+  PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), key.ptr());  // Borrowed; sets no error
+  if (on_class != nullptr && Py_IS_TYPE(on_class, &PyProperty_Type)) return false;
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // New
+  if (dict == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  py::object own = py::reinterpret_steal<py::object>(dict);
+  if (!PyDict_Check(dict)) return false;
+  if (PyDict_GetItemWithError(dict, key.ptr()) != nullptr) {  // Borrowed
+    kind = "instance";
+    value = py::str("__dict__");
+    return true;
+  }
+  for (const char* store : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* held = PyDict_GetItemString(dict, store);  // Borrowed
+    if (held != nullptr && PyDict_Check(held) && PyDict_GetItemWithError(held, key.ptr()) != nullptr) {
+      kind = "instance";
+      value = py::str(store);
+      return true;
+    }
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return false;
+  }
+  if (on_class != nullptr && PyFunction_Check(on_class)) {
+    kind = "function";
+    value = py::reinterpret_borrow<py::object>(on_class);
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+namespace {
+
 bool is_torch_module(PyObject* module) {
   const char* name = PyModule_GetName(module);
   if (name == nullptr) {
@@ -122,13 +167,12 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return value;
       }
       if (PyModule_Check(obj)) break;
-      const bool via_super = base->method == kSuper;
-      py::tuple how =
-          via_super ? PyRefs::get().support.attr("resolve_super_attribute")(
-                          base->obj, type_of(base->bound_self),
-                          py::bool_(base->bound_self->method != kNewObject && PyType_Check(base->bound_self->obj.ptr())), name)
-                    : PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
-      if (via_super) {
+      if (base->method == kSuper) {
+        py::tuple how = PyRefs::get().support.attr("resolve_super_attribute")(
+            base->obj, type_of(base->bound_self),
+            py::bool_(base->bound_self->method != kNewObject &&
+                      PyType_Check(base->bound_self->obj.ptr())),
+            name);
         // super().method: the parent's function, bound to the traced self.
         const std::string kind = how[0].cast<std::string>();
         if (kind == "missing") {
@@ -136,11 +180,17 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         }
         return bind_class_attribute(kind, how[1], base->bound_self);
       }
-      const std::string kind = how[0].cast<std::string>();
-      if (kind == "instance" && base->source >= 0 && py::str(how[1]).cast<std::string>() != "__dict__") {
+      std::string kind;
+      py::object found;
+      if (!quick_resolve(obj, name, kind, found)) {
+        py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
+        kind = how[0].cast<std::string>();
+        found = how[1];
+      }
+      if (kind == "instance" && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
         // A parameter, buffer or submodule: read from the module's own dict on every call
         // (C dict lookups), not through nn.Module.__getattr__ (a Python call per attribute).
-        ValuePtr store = load_source(sources_.attr(base->source, py::str(how[1]).cast<std::string>()));
+        ValuePtr store = load_source(sources_.attr(base->source, py::str(found).cast<std::string>()));
         FJ_CHECK(store != nullptr && store->source >= 0, "module store unreadable");
         return item(store, Value::constant(py::str(name)));
       }
@@ -154,7 +204,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       }
       if (kind == "function" || kind == "property" || kind == "classmethod" ||
           kind == "staticmethod" || kind == "plain_function") {
-        return bind_class_attribute(kind, how[1], base);
+        return bind_class_attribute(kind, found, base);
       }
       break;
     }

@@ -11,6 +11,28 @@ namespace framejit {
 
 namespace {
 
+// Whether any global nn.Module hook is registered (then module calls are not inlined): the
+// hook dicts of torch.nn.modules.module, read in C.
+bool global_module_hooks() {
+  static PyObject* module = nullptr;  // torch.nn.modules.module: imported once, kept
+  if (module == nullptr) {
+    module = PyImport_ImportModule("torch.nn.modules.module");  // New, never released
+    if (module == nullptr) throw py::error_already_set();
+  }
+  static const char* kHookDicts[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
+                                     "_global_backward_hooks", "_global_backward_pre_hooks",
+                                     "_global_forward_hooks_always_called"};
+  PyObject* globals = PyModule_GetDict(module);  // Borrowed
+  for (const char* name : kHookDicts) {
+    PyObject* hooks = PyDict_GetItemString(globals, name);  // Borrowed
+    if (hooks == nullptr) continue;
+    const Py_ssize_t n = PyObject_Length(hooks);
+    if (n < 0) throw py::error_already_set();
+    if (n > 0) return true;
+  }
+  return false;
+}
+
 constexpr size_t kMaxInlineDepth = 24;  // frames; deeper recursion ends the region at the call
 
 std::string name_of(PyObject* str) {
@@ -196,7 +218,7 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
       if (hooks_value && hooks_value->source >= 0) guards_.add_len(hooks_value->source, 0);
     }
   }
-  if (PyRefs::get().support.attr("global_module_hooks")().cast<bool>()) {
+  if (global_module_hooks()) {
     FJ_UNSUPPORTED(kUnsupportedCall, "global nn.Module hooks are registered");
   }
   // A module whose call is not nn.Module.__call__ (a class overriding __call__, or

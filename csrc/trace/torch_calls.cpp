@@ -327,6 +327,11 @@ py::object replay_meta(const CachedMeta& entry) {
 
 void clear_meta_cache() { meta_cache().clear(); }
 
+MetaCacheStats& meta_cache_stats() {
+  static MetaCacheStats stats;
+  return stats;
+}
+
 ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& method,
                              std::vector<ValuePtr> args, KwValues kwargs,
                              const std::string& infix, const std::string& name_hint) {
@@ -420,6 +425,8 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
       if (hit != meta_cache().end()) result = replay_meta(hit->second);
     }
   }
+  ++(result ? meta_cache_stats().hits : cache_key.empty() ? meta_cache_stats().uncacheable
+                                                          : meta_cache_stats().misses);
   if (!result) try {
     if (is_method) {
       const std::string meta_method = (method == "cuda" || method == "cpu") ? "to" : method;

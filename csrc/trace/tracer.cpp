@@ -392,13 +392,15 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
   PyObject* obj = real.ptr();
   ValuePtr value;
   if (is_tensor(obj)) {
-    if (refs.support.attr("has_torch_function_override")(real).cast<bool>()) {
+    if (!is_plain_tensor_type(obj) &&
+        refs.support.attr("has_torch_function_override")(real).cast<bool>()) {
       // Meta tensors would not run the subclass's __torch_function__: shapes could differ.
       FJ_UNSUPPORTED(kUnsupportedValue, "tensor subclass {} overrides __torch_function__",
                      Py_TYPE(obj)->tp_name);
     }
     guards_.add_tensor(slot, obj);
-    py::object meta = refs.support.attr("make_meta")(real);
+    py::object meta = py::reinterpret_steal<py::object>(meta_like(obj));  // dense: in C++
+    if (!meta) meta = refs.support.attr("make_meta")(real);
     py::object device = real.attr("device");
     Node* node = graph_.add_placeholder(sources_.at(slot).name_hint, meta, meta_of(meta, device));
     inputs_.push_back(Rebuild::slot(slot));

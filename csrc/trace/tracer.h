@@ -36,6 +36,13 @@ void register_control_ops(HandlerTable& table);
 
 // Drops the cache of meta results (framejit.reset()).
 void clear_meta_cache();
+// How torch calls met their meta results since the process started (framejit._C.meta_stats()).
+struct MetaCacheStats {
+  uint64_t hits = 0;         // replayed from the cache
+  uint64_t misses = 0;       // run on meta tensors, then cached
+  uint64_t uncacheable = 0;  // run on meta tensors every time (in-place, unkeyable arguments)
+};
+MetaCacheStats& meta_cache_stats();
 
 // A keyword argument at a call: name and value.
 using KwValues = std::vector<std::pair<std::string, ValuePtr>>;

@@ -30,15 +30,19 @@ class FramejitGraphModule(_LazyGraphModule):
     materialises it. ``torch.jit.script`` needs ``gm.recompile()`` first, as for any lazy
     GraphModule."""
 
+    def __new__(cls, *args, **kwargs):
+        # GraphModule.__new__ makes a class for each instance (FX sets the generated forward on
+        # it), which costs more than the rest of this module: it is made on materialisation.
+        return torch.nn.Module.__new__(cls)
+
     def __init__(self, runner, name: str):
         # GraphModule.__init__ would build and compile the FX graph now: only nn.Module's state.
         torch.nn.Module.__init__(self)
-        self.__class__.__name__ = "GraphModule"
         self.meta = {"framejit_name": name}
         self._framejit_runner = runner
-        # GraphModule.__new__ made a class for this instance alone; its forward is the runner
-        # (which binds like a function, so gm.forward(*inputs) runs the graph).
-        type(self).forward = runner
+        # forward is the runner bound to this module (it binds like a function), held by the
+        # instance until materialisation gives the module FX's generated forward.
+        self.__dict__["forward"] = runner.__get__(self, type(self))
 
     # -- materialisation ----------------------------------------------------------------------
 
@@ -56,6 +60,8 @@ class FramejitGraphModule(_LazyGraphModule):
         self._deepcopy_hooks = []
         self.shape_env = None
         del self.__dict__["_framejit_runner"]
+        del self.__dict__["forward"]
+        self.__class__ = _instance_class(type(self))
         self._graph = fx_graph
         fx_graph.owning_module = self
         if recompile:
@@ -99,3 +105,14 @@ class FramejitGraphModule(_LazyGraphModule):
     def __copy__(self):
         self._framejit_materialise()
         return GraphModule.__copy__(self)
+
+
+# The class GraphModule.__new__ would have made for one instance: FX's recompile sets the
+# generated forward on it, so each materialised module needs its own.
+def _instance_class(cls):
+    impl = type("GraphModuleImpl", (cls,), {})
+    impl.__name__ = "GraphModule"  # what repr() and FX's printed code call it
+    return impl
+
+
+FramejitGraphModule.__name__ = "GraphModule"  # as above, before materialisation

@@ -173,14 +173,6 @@ def make_meta(t: torch.Tensor) -> torch.Tensor:
                                requires_grad=t.requires_grad)
 
 
-def global_module_hooks() -> bool:
-    """Whether any global nn.Module hook is registered (then module calls are not inlined)."""
-    from torch.nn.modules import module as m
-    return any(bool(getattr(m, name, None)) for name in (
-        "_global_forward_hooks", "_global_forward_pre_hooks", "_global_backward_hooks",
-        "_global_backward_pre_hooks", "_global_forward_hooks_always_called"))
-
-
 _MISSING = object()
 
 

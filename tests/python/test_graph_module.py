@@ -45,7 +45,7 @@ def test_forward_runs_without_building_the_fx_graph():
     (gm,) = keep.gms
     assert isinstance(gm, torch.fx.GraphModule)
     assert "_graph" not in gm.__dict__ and "_code" not in gm.__dict__
-    assert type(type(gm).__dict__["forward"]).__name__ == "GraphRunner"
+    assert type(gm.forward.__func__).__name__ == "GraphRunner"
     assert gm.meta["framejit_name"].startswith("__compiled_fn_")
 
 
@@ -125,7 +125,7 @@ def test_an_error_inside_the_graph_propagates_and_leaks_no_intermediate():
     x = torch.randn(4)
     compiled(x)
     (gm,) = keep.gms
-    runner = type(gm).__dict__["forward"]
+    runner = gm.forward.__func__
     before = sys.getrefcount(x)
     with pytest.raises(TypeError):
         runner(gm, x, x)
@@ -144,7 +144,7 @@ def test_the_runner_keeps_no_input_or_output_alive():
     out = compiled(x)
     assert same(out, f(x))
     (gm,) = keep.gms
-    assert type(gm).__dict__["forward"].num_steps == 3
+    assert gm.forward.__func__.num_steps == 3
     x_ref, out_ref = weakref.ref(x), weakref.ref(out)
     del x, out
     assert x_ref() is None and out_ref() is None
@@ -187,3 +187,21 @@ def test_code_str_and_pickle_materialise_a_fresh_graph_module(first_use):
         assert same(pickle.loads(pickle.dumps(gm))(*args), mixed(*args))
     assert "_graph" in gm.__dict__ and "_framejit_runner" not in gm.__dict__
     assert same(gm(*args), mixed(*args))
+
+
+def test_modules_share_a_class_until_materialised():
+    keep = Keep()
+    compiled = framejit.compile(mixed, backend=keep, dynamic=False)
+    for shape in [(3, 4), (5, 4)]:  # two sizes: two graphs
+        x, y = torch.randn(*shape), torch.randn(shape[0], 2)
+        assert same(compiled(x, y), mixed(x, y))
+    first, second = keep.gms
+    assert type(first) is type(second) and repr(first) == "GraphModule()"
+    first.recompile()  # FX's generated forward goes on a class of first's own
+    assert type(first) is not type(second) and type(first).__name__ == "GraphModule"
+    assert "forward" not in first.__dict__ and type(first).__dict__["forward"].__name__ == "forward"
+    x, y = torch.randn(3, 4), torch.randn(3, 2)
+    assert same(first(x, y), mixed(x, y))
+    x, y = torch.randn(5, 4), torch.randn(5, 2)
+    assert same(second.forward(x, y), mixed(x, y))  # still the runner
+    assert type(second.forward.__func__).__name__ == "GraphRunner"
