@@ -151,6 +151,9 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
   const GlobalTorchState now = current_global_torch_state();
   if (now.grad_enabled != global_.grad_enabled) return "GLOBAL_STATE grad mode changed";
   if (now.default_dtype != global_.default_dtype) return "GLOBAL_STATE default dtype changed";
+  if (now.autocast_cpu != global_.autocast_cpu || now.autocast_cuda != global_.autocast_cuda) {
+    return "GLOBAL_STATE autocast changed";
+  }
   if (!sorted_) sort();
   SlotValues slots;
   slots.reset(static_cast<size_t>(sources.size()));
@@ -176,9 +179,14 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
 
 std::string GuardSet::to_string(const SourceTable& sources) const {
   if (!sorted_) sort();
-  std::string out = fmt::format("GLOBAL_STATE grad_enabled={} default_dtype={}\n",
+  std::string out = fmt::format("GLOBAL_STATE grad_enabled={} default_dtype={}{}\n",
                                 global_.grad_enabled ? "True" : "False",
-                                static_cast<int>(global_.default_dtype));
+                                static_cast<int>(global_.default_dtype),
+                                global_.autocast()
+                                    ? fmt::format(" autocast_cpu={} autocast_cuda={}",
+                                                  static_cast<int>(global_.autocast_cpu),
+                                                  static_cast<int>(global_.autocast_cuda))
+                                    : std::string());
   for (const Guard& guard : by_slot_) out += describe(guard, sources) + "\n";
   return out;
 }

@@ -2,6 +2,7 @@
 // without Python attribute access (this is on every call's hot path).
 #include "guards/tensor_check.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/GradMode.h>
@@ -166,6 +167,12 @@ GlobalTorchState current_global_torch_state() {
   GlobalTorchState state;
   state.grad_enabled = c10::GradMode::is_enabled();
   state.default_dtype = static_cast<int8_t>(c10::get_default_dtype_as_scalartype());
+  if (at::autocast::is_autocast_enabled(at::kCPU)) {
+    state.autocast_cpu = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCPU));
+  }
+  if (at::autocast::is_autocast_enabled(at::kCUDA)) {
+    state.autocast_cuda = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+  }
   return state;
 }
 

@@ -417,8 +417,11 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
                        is_inplace_operator(target_text) || returns_none_inplace(target_text) ||
                        (!is_method && !target_text.empty() && target_text.back() == '_') ||
                        method == "cuda" || method == "cpu";
+  // Under torch.autocast the op's dtype is autocast's choice, which meta tensors do not see (its
+  // kernels only cast tensors of the real device): the call runs on fake tensors instead.
+  const bool autocast = any_tensor && !mutates && current_global_torch_state().autocast();
   std::string cache_key;
-  if (any_tensor && !mutates) {
+  if (any_tensor && !mutates && !autocast) {
     cache_key = meta_key(is_method ? nullptr : fn.ptr(), method, meta_args, meta_kwargs);
     if (!cache_key.empty()) {
       auto hit = meta_cache().find(cache_key);
@@ -428,7 +431,21 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   ++(result ? meta_cache_stats().hits : cache_key.empty() ? meta_cache_stats().uncacheable
                                                           : meta_cache_stats().misses);
   if (!result) try {
-    if (is_method) {
+    if (autocast) {
+      py::dict devices;  // id(meta tensor) -> its real device
+      std::function<void(const ValuePtr&)> collect = [&](const ValuePtr& v) {
+        if (v->kind == VKind::kTensor) {
+          devices[py::int_(reinterpret_cast<uintptr_t>(v->obj.ptr()))] = v->device;
+        }
+        if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+          for (const auto& item : v->items) collect(item);
+        }
+      };
+      for (const auto& arg : args) collect(arg);
+      for (const auto& kw : kwargs) collect(kw.second);
+      result = refs.support.attr("autocast_meta")(is_method ? py::none() : py::reinterpret_borrow<py::object>(fn),
+                                                  py::str(method), meta_args, meta_kwargs, devices);
+    } else if (is_method) {
       const std::string meta_method = (method == "cuda" || method == "cpu") ? "to" : method;
       py::object self = meta_args[0];
       py::list rest;

@@ -173,6 +173,39 @@ def make_meta(t: torch.Tensor) -> torch.Tensor:
                                requires_grad=t.requires_grad)
 
 
+_FAKE_MODE = None
+
+
+def autocast_meta(fn, method: str, args, kwargs, devices):
+    """fn(*args, **kwargs), or args[0].<method>(*args[1:], **kwargs), on the metadata of meta
+    tensors as their real devices run it under the current torch.autocast: each meta tensor
+    becomes a fake tensor on its device (``devices``: id(meta tensor) -> torch.device), so
+    autocast's kernels cast as they do for real tensors. Results come back as meta tensors."""
+    global _FAKE_MODE
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.utils._pytree import tree_map
+    if _FAKE_MODE is None:
+        _FAKE_MODE = FakeTensorMode()
+    mode = _FAKE_MODE
+    converter = mode.fake_tensor_converter
+
+    def to_fake(a):
+        if isinstance(a, torch.Tensor) and a.device.type == "meta":
+            return converter.from_meta_and_device(mode, a, devices.get(id(a), torch.device("cpu")))
+        return a
+
+    def to_meta(t):
+        if isinstance(t, FakeTensor):
+            return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",
+                                       requires_grad=t.requires_grad)
+        return t
+
+    args, kwargs = tree_map(to_fake, list(args)), tree_map(to_fake, dict(kwargs))
+    with mode:
+        out = getattr(args[0], method)(*args[1:], **kwargs) if method else fn(*args, **kwargs)
+    return tree_map(to_meta, out)
+
+
 _MISSING = object()
 
 
