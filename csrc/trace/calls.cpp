@@ -303,14 +303,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       fn->bound_self->kind == VKind::kTensor) {
     args.insert(args.begin(), fn->bound_self);
   }
-  if (fn->kind == VKind::kObject && (fn->method == kGradModeExit || fn->method == kInferenceExit)) {
+  if (fn->kind == VKind::kObject && (fn->method == kGradModeExit || fn->method == kInferenceExit ||
+                                     fn->method == kAutocastExit)) {
     return exit_with(fn, args);
   }
   if (fn->kind == VKind::kObject && fn->method == kNewObject) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
   if (fn->kind == VKind::kObject && (fn->method == kGradModeManager || fn->method == kGradModeSet ||
-                                     fn->method == kInferenceManager)) {
+                                     fn->method == kInferenceManager ||
+                                     fn->method == kAutocastManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
   if (fn->kind == VKind::kObject && !fn->method.empty()) {
@@ -409,6 +411,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return grad_mode_manager(callable);
   }
   if (kind == "inference_mode") return inference_mode_call(args, kwargs);
+  if (kind == "autocast") return autocast_call(args, kwargs);
   if (kind == "set_grad_enabled" && kwargs.empty()) return set_grad_enabled_call(args);
   if (kind == "grad_mode_clone" && args.empty() && kwargs.empty()) {
     // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.

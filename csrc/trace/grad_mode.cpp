@@ -1,10 +1,10 @@
-// Grad and inference mode inside one graph: `with torch.no_grad()` / `enable_grad()` /
-// `set_grad_enabled(mode)` record torch._C._set_grad_enabled(mode) nodes, `with
-// torch.inference_mode()` records enter/exit nodes. The real mode is switched while the body is
+// Grad and inference mode and autocast inside one graph: `with torch.no_grad()` /
+// `enable_grad()` / `set_grad_enabled(mode)` record torch._C._set_grad_enabled(mode) nodes,
+// `with torch.inference_mode()` and `with torch.autocast(...)` record enter/exit nodes. The real mode is switched while the body is
 // traced (so meta results get eager's requires_grad) and restored when the trace ends. A region
 // that ends inside a grad-mode body leaves a real __exit__ on the stack
-// (_support.grad_mode_exit); one that would end inside an inference_mode body is traced again
-// with that block left to the runtime.
+// (_support.grad_mode_exit); one that would end inside an inference_mode or autocast body is
+// traced again with that block left to the runtime.
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -30,8 +30,13 @@ ValuePtr mode_value(const char* marker, py::object obj) {
 
 Node* Tracer::record_mode_switch(py::handle fn, const char* target_text, Arg arg,
                                  const char* name_hint) {
+  return record_mode_switch(fn, target_text, std::vector<Arg>{std::move(arg)}, name_hint);
+}
+
+Node* Tracer::record_mode_switch(py::handle fn, const char* target_text, std::vector<Arg> args,
+                                 const char* name_hint) {
   Node* node = graph_.add_call(NodeKind::kCallFunction, py::reinterpret_borrow<py::object>(fn),
-                               target_text, "", {std::move(arg)}, {}, py::none(), {}, false,
+                               target_text, "", std::move(args), {}, py::none(), {}, false,
                                instr().line, name_hint);
   locate(node);
   return node;
@@ -66,9 +71,8 @@ void Tracer::switch_grad_mode(bool enabled) {
 }
 
 void Tracer::restore_grad_mode() {
-  py::object exit_inference = grad_mode_module().attr("_exit_inference_mode");
   while (!inference_contexts_.empty()) {  // innermost first
-    exit_inference(inference_contexts_.back());
+    inference_contexts_.back().first(inference_contexts_.back().second);
     inference_contexts_.pop_back();
   }
   inference_sites_.clear();
@@ -87,22 +91,52 @@ ValuePtr Tracer::inference_mode_call(const std::vector<ValuePtr>& args, const Kw
   return mode_value(kInferenceManager, PyRefs::get().torch.attr("inference_mode")(mode->obj));
 }
 
-void Tracer::enter_inference_mode(const ValuePtr& manager) {
+void Tracer::enter_mode_block(const ValuePtr& manager, const char* exit_marker, py::object enter,
+                              const char* enter_text, std::vector<Arg> enter_args,
+                              py::tuple real_args, py::object leave, const char* name_hint) {
   const CallSite site{frame().code, instr().offset};
   if (no_inline_ != nullptr && no_inline_->count(site)) {
-    FJ_UNSUPPORTED(kUnsupportedOpcode, "with torch.inference_mode(): the runtime enters it (the region breaks inside)");
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it (the region breaks inside)",
+                   manager->describe());
   }
-  py::object enter = grad_mode_module().attr("_enter_inference_mode");
-  py::object mode = manager->obj.attr("mode");
-  Node* node = record_mode_switch(enter, "torch.autograd.grad_mode._enter_inference_mode",
-                                  Arg::constant(mode), "inference_mode");
+  Node* node = record_mode_switch(enter, enter_text, std::move(enter_args), name_hint);
   if (!grad_at_start_) grad_at_start_ = real_grad_enabled();
-  py::object context = enter(mode);  // the real thread state while the body is traced
-  inference_contexts_.push_back(context);
+  py::object context = enter(*real_args);  // the real thread state while the body is traced
+  inference_contexts_.emplace_back(std::move(leave), context);
   inference_sites_.push_back(site);
-  ValuePtr exit = mode_value(kInferenceExit, context);
+  ValuePtr exit = mode_value(exit_marker, context);
   exit->node = node;
   push_with_exit(std::move(exit));
+}
+
+void Tracer::enter_inference_mode(const ValuePtr& manager) {
+  py::object mode = manager->obj.attr("mode");
+  enter_mode_block(manager, kInferenceExit, grad_mode_module().attr("_enter_inference_mode"),
+                   "torch.autograd.grad_mode._enter_inference_mode", {Arg::constant(mode)},
+                   py::make_tuple(mode), grad_mode_module().attr("_exit_inference_mode"),
+                   "inference_mode");
+}
+
+ValuePtr Tracer::autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  py::list real_args;
+  py::dict real_kwargs;
+  for (const auto& a : args) {
+    if (!a->is_const()) FJ_UNSUPPORTED(kUnsupportedCall, "torch.autocast with {}", a->describe());
+    real_args.append(a->obj);
+  }
+  for (const auto& [key, value] : kwargs) {
+    if (!value->is_const()) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "torch.autocast with {}={}", key, value->describe());
+    }
+    real_kwargs[py::str(key)] = value->obj;
+  }
+  py::object manager;
+  try {
+    manager = PyRefs::get().torch.attr("autocast")(*py::tuple(real_args), **real_kwargs);
+  } catch (const py::error_already_set& e) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "torch.autocast raised at trace time: {}", e.what());
+  }
+  return mode_value(kAutocastManager, std::move(manager));  // no effect until entered
 }
 
 void Tracer::check_no_open_inference_block(const std::string& why) {
@@ -114,6 +148,17 @@ void Tracer::enter_with(const ValuePtr& manager) {
   const std::string& kind = manager->kind == VKind::kObject ? manager->method : std::string();
   if (kind == kInferenceManager) {
     enter_inference_mode(manager);
+  } else if (kind == kAutocastManager) {
+    // _enter_autocast(device_type, dtype, enabled, cache_enabled), as the manager holds them.
+    py::object amp = PyRefs::get().torch.attr("amp").attr("autocast_mode");
+    py::tuple vals = py::make_tuple(manager->obj.attr("device"), manager->obj.attr("fast_dtype"),
+                                    manager->obj.attr("_enabled"),
+                                    manager->obj.attr("_cache_enabled"));
+    std::vector<Arg> enter_args;
+    for (py::handle v : vals) enter_args.push_back(Arg::constant(py::reinterpret_borrow<py::object>(v)));
+    enter_mode_block(manager, kAutocastExit, amp.attr("_enter_autocast"),
+                     "torch.amp.autocast_mode._enter_autocast", std::move(enter_args), vals,
+                     amp.attr("_exit_autocast"), "enter_autocast");
   } else if (kind == kGradModeSet) {
     // `with torch.set_grad_enabled(mode):` switched when it was made; __enter__ sets it again,
     // __exit__ restores the mode from before it was made.
@@ -137,12 +182,15 @@ ValuePtr Tracer::exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& ar
       FJ_UNSUPPORTED(kUnsupportedCall, "__exit__ of a grad-mode block with an exception");
     }
   }
-  if (exit->method == kInferenceExit) {
-    FJ_CHECK(!inference_contexts_.empty() && inference_contexts_.back().is(exit->obj),
-             "inference_mode blocks exited out of order");
-    py::object leave = grad_mode_module().attr("_exit_inference_mode");
-    record_mode_switch(leave, "torch.autograd.grad_mode._exit_inference_mode", Arg::of(exit->node),
-                       "exit_inference_mode");
+  if (exit->method == kInferenceExit || exit->method == kAutocastExit) {
+    FJ_CHECK(!inference_contexts_.empty() && inference_contexts_.back().second.is(exit->obj),
+             "inference_mode / autocast blocks exited out of order");
+    const bool inference = exit->method == kInferenceExit;
+    py::object leave = inference_contexts_.back().first;
+    record_mode_switch(leave,
+                       inference ? "torch.autograd.grad_mode._exit_inference_mode"
+                                 : "torch.amp.autocast_mode._exit_autocast",
+                       Arg::of(exit->node), inference ? "exit_inference_mode" : "exit_autocast");
     leave(exit->obj);
     inference_contexts_.pop_back();
     inference_sites_.pop_back();

@@ -582,7 +582,15 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(PyRefs::get().torch.attr("inference_mode"),
                              {Rebuild::constant(value->obj.attr("mode"))});
       }
-      FJ_CHECK(value->method != kInferenceExit, "a region ends inside an in-graph inference_mode block");
+      if (value->method == kAutocastManager) {  // made in the trace, not yet entered
+        const py::object& m = value->obj;
+        return Rebuild::call(PyRefs::get().torch.attr("autocast"),
+                             {Rebuild::constant(m.attr("device")), Rebuild::constant(m.attr("fast_dtype")),
+                              Rebuild::constant(m.attr("_enabled")),
+                              Rebuild::constant(m.attr("_cache_enabled"))});
+      }
+      FJ_CHECK(value->method != kInferenceExit && value->method != kAutocastExit,
+               "a region ends inside an in-graph inference_mode or autocast block");
       if (value->method == kGradModeSet) {  // made (and switched) in the trace, not yet entered
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
                              {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});

@@ -172,6 +172,9 @@ class Tracer {
   ValuePtr grad_mode_manager(py::handle cls);
   ValuePtr set_grad_enabled_call(const std::vector<ValuePtr>& args);
   ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // torch.autocast(...) with arguments known at trace time: entered in the graph like
+  // inference_mode (enter/exit nodes; a region breaking inside leaves the block to the runtime).
+  ValuePtr autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
   void enter_inference_mode(const ValuePtr& manager);
   // A region may not end inside an in-graph inference_mode block: the trace is redone with that
   // block left to the runtime (the site joins no_inline). Throws InlineBreak when one is open.
@@ -182,6 +185,8 @@ class Tracer {
   // A node calling fn(arg) that switches a mode (no result the graph reads, except inference
   // mode's context, which its exit node takes).
   Node* record_mode_switch(py::handle fn, const char* target_text, Arg arg, const char* name_hint);
+  Node* record_mode_switch(py::handle fn, const char* target_text, std::vector<Arg> args,
+                           const char* name_hint);
   void push_with_exit(ValuePtr exit);  // BEFORE_WITH's results: the __exit__, then None
   void restore_grad_mode();  // the real mode as it was before the trace switched it
   // cls(*args, **kwargs) for a plain user class (objects.cpp): a kNewObject value, its __init__
@@ -275,8 +280,13 @@ class Tracer {
 
  private:
   std::optional<bool> grad_at_start_;  // set once the trace switched the real grad mode
-  std::vector<CallSite> inference_sites_;  // open in-graph inference_mode blocks (BEFORE_WITH)
-  std::vector<py::object> inference_contexts_;  // their trace-time contexts, innermost last
+  // Open in-graph inference_mode and autocast blocks (their BEFORE_WITH), and for each the
+  // function that leaves it and its trace-time context, innermost last.
+  std::vector<CallSite> inference_sites_;
+  std::vector<std::pair<py::object, py::object>> inference_contexts_;
+  void enter_mode_block(const ValuePtr& manager, const char* exit_marker, py::object enter,
+                        const char* enter_text, std::vector<Arg> enter_args,
+                        py::tuple real_args, py::object leave, const char* name_hint);
   std::string size_read_;  // the first way a size was read, "" if none
   bool symbolic_sizes_ = false;
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.

@@ -57,6 +57,10 @@ inline constexpr const char* kGradModeExit = "<grad mode exit>";
 // the __exit__ its `with` pushes (obj: the trace-time context; node: the graph's enter node).
 inline constexpr const char* kInferenceManager = "<inference mode manager>";
 inline constexpr const char* kInferenceExit = "<inference mode exit>";
+// torch.autocast(...) made in the trace (obj: the real, not yet entered manager), and the
+// __exit__ its `with` pushes (obj: the trace-time mode; node: the graph's enter node).
+inline constexpr const char* kAutocastManager = "<autocast manager>";
+inline constexpr const char* kAutocastExit = "<autocast exit>";
 
 struct Value {
   VKind kind = VKind::kConst;

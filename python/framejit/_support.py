@@ -98,6 +98,8 @@ def classify_callable(fn) -> str:
     if module == "torch" or module.startswith("torch."):
         if module.startswith(_NOT_OPS_PREFIXES):
             return ""
+        if getattr(fn, "__name__", "") in ("__enter__", "__exit__"):
+            return ""  # a torch context manager entered by the runtime: not an op
         if module == "torch.nn.functional" and _is_private_python_helper(fn):
             return ""  # F._none_or_dtype, F._canonical_mask, ...: traced through, like user code
         return "torch"
@@ -332,7 +334,7 @@ def _grad_mode_classes():
 def _grad_mode_kind(fn) -> str:
     """The callables the tracer turns into grad / inference mode switches in the graph:
     'grad_mode_manager' (torch.no_grad, torch.enable_grad), 'set_grad_enabled',
-    'inference_mode', 'grad_mode_clone' (ctx_factory of a @torch.no_grad() wrapper),
+    'inference_mode', 'autocast' (torch.autocast), 'grad_mode_clone' (ctx_factory of a @torch.no_grad() wrapper),
     'grad_mode_wrapper' (that wrapper), else ''."""
     if fn is torch.no_grad or fn is torch.enable_grad:
         return "grad_mode_manager"
@@ -340,6 +342,8 @@ def _grad_mode_kind(fn) -> str:
         return "set_grad_enabled"
     if fn is torch.inference_mode:
         return "inference_mode"
+    if fn is torch.amp.autocast_mode.autocast:
+        return "autocast"
     if grad_mode_clone_class(fn) is not None:
         return "grad_mode_clone"
     if isinstance(fn, types.FunctionType) and is_grad_mode_decorator_wrapper(fn):

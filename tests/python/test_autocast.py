@@ -53,3 +53,36 @@ def test_native_backend_under_autocast_matches_eager():
     x = torch.randn(4, 8)
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert same(compiled(x), dtype_branch(x))
+
+
+def test_a_with_autocast_block_is_one_graph_with_enter_and_exit_nodes():
+    counter = CompileCounter()
+    compiled = framejit.compile(autocast_inside, backend=counter)
+    compiled(torch.randn(4, 8))
+    assert counter.frame_count == 1
+    text = "".join(r["graph"] for r in regions(autocast_inside) if r["graph"])
+    assert "torch.amp.autocast_mode._enter_autocast('cpu', torch.bfloat16, True, True)" in text
+    assert "torch.amp.autocast_mode._exit_autocast(enter_autocast)" in text
+    assert 'linear: "bf16[4, 8]"' in text
+    assert not torch.is_autocast_enabled("cpu")  # the trace left the thread state as it was
+
+
+def test_a_break_inside_an_autocast_block_leaves_the_block_to_the_runtime(capsys):
+    def noisy(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = lin(x)
+            print("inside")
+            z = y * 2
+        return z + 1
+
+    compiled = framejit.compile(noisy, backend=CompileCounter())
+    x = torch.randn(4, 8)
+    for _ in range(2):
+        assert same(compiled(x), noisy(x), rtol=1e-2, atol=1e-2)
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_native_backend_runs_an_in_graph_autocast_block():
+    compiled = framejit.compile(autocast_inside, backend="native")
+    x = torch.randn(4, 8)
+    assert same(compiled(x), autocast_inside(x), rtol=1e-2, atol=1e-2)

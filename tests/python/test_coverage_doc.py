@@ -437,6 +437,21 @@ def ex_autocast(x):
     return y.float()
 
 
+class Timer:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+@example("with Timer():")
+def ex_own_manager(x):
+    with Timer():
+        y = x * 2
+    return y
+
+
 # ---------------------------------------------------------------------------------------------
 # Side effects
 # ---------------------------------------------------------------------------------------------
