@@ -151,7 +151,9 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
   const GlobalTorchState now = current_global_torch_state();
   if (now.grad_enabled != global_.grad_enabled) return "GLOBAL_STATE grad mode changed";
   if (now.default_dtype != global_.default_dtype) return "GLOBAL_STATE default dtype changed";
-  if (now.autocast_cpu != global_.autocast_cpu || now.autocast_cuda != global_.autocast_cuda) {
+  if (now.autocast_cpu != global_.autocast_cpu || now.autocast_cuda != global_.autocast_cuda ||
+      now.autocast_default_cpu != global_.autocast_default_cpu ||
+      now.autocast_default_cuda != global_.autocast_default_cuda) {
     return "GLOBAL_STATE autocast changed";
   }
   if (!sorted_) sort();

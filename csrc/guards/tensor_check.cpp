@@ -106,6 +106,20 @@ std::string tensor_spec_text(const TensorSpec& spec) {
 
 void restore_global_torch_state(const GlobalTorchState& state) {
   c10::GradMode::set_enabled(state.grad_enabled);
+  // Autocast entered by a graph that raised (its _enter_autocast nodes hold no RAII guard).
+  const GlobalTorchState now = current_global_torch_state();
+  if (now == state) return;
+  auto restore = [](c10::DeviceType device, int8_t enabled_dtype, int8_t dtype) {
+    at::autocast::set_autocast_enabled(device, enabled_dtype >= 0);
+    at::autocast::set_autocast_dtype(device, static_cast<c10::ScalarType>(dtype));
+  };
+  restore(at::kCPU, state.autocast_cpu, state.autocast_default_cpu);
+  restore(at::kCUDA, state.autocast_cuda, state.autocast_default_cuda);
+  if (!state.autocast()) {  // no autocast at the entry: no block is open any more
+    while (at::autocast::decrement_nesting() > 0) {
+    }
+    at::autocast::clear_cache();
+  }
 }
 
 void append_tensor_key(PyObject* obj, std::string& key) {
@@ -167,12 +181,10 @@ GlobalTorchState current_global_torch_state() {
   GlobalTorchState state;
   state.grad_enabled = c10::GradMode::is_enabled();
   state.default_dtype = static_cast<int8_t>(c10::get_default_dtype_as_scalartype());
-  if (at::autocast::is_autocast_enabled(at::kCPU)) {
-    state.autocast_cpu = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCPU));
-  }
-  if (at::autocast::is_autocast_enabled(at::kCUDA)) {
-    state.autocast_cuda = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCUDA));
-  }
+  state.autocast_default_cpu = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCPU));
+  state.autocast_default_cuda = static_cast<int8_t>(at::autocast::get_autocast_dtype(at::kCUDA));
+  if (at::autocast::is_autocast_enabled(at::kCPU)) state.autocast_cpu = state.autocast_default_cpu;
+  if (at::autocast::is_autocast_enabled(at::kCUDA)) state.autocast_cuda = state.autocast_default_cuda;
   return state;
 }
 

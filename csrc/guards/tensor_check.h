@@ -74,14 +74,20 @@ struct GlobalTorchState {
   // torch.autocast on CPU / CUDA: -1 off, else the c10::ScalarType code it casts to.
   int8_t autocast_cpu = -1;
   int8_t autocast_cuda = -1;
+  // The dtype torch.autocast(device) with no dtype casts to (torch.set_autocast_dtype).
+  int8_t autocast_default_cpu = -1;
+  int8_t autocast_default_cuda = -1;
   bool autocast() const { return autocast_cpu >= 0 || autocast_cuda >= 0; }
 };
 GlobalTorchState current_global_torch_state();
-// Sets the grad mode back to `state`'s (the default dtype is never changed by a graph).
+// Sets the grad mode and autocast back to `state`'s (the default dtype is never changed by a
+// graph).
 void restore_global_torch_state(const GlobalTorchState& state);
 inline bool operator==(const GlobalTorchState& a, const GlobalTorchState& b) {
   return a.grad_enabled == b.grad_enabled && a.default_dtype == b.default_dtype &&
-         a.autocast_cpu == b.autocast_cpu && a.autocast_cuda == b.autocast_cuda;
+         a.autocast_cpu == b.autocast_cpu && a.autocast_cuda == b.autocast_cuda &&
+         a.autocast_default_cpu == b.autocast_default_cpu &&
+         a.autocast_default_cuda == b.autocast_default_cuda;
 }
 
 }  // namespace framejit

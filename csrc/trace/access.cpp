@@ -17,7 +17,7 @@ bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py
   if (PyType_Check(obj) || Py_TYPE(obj)->tp_dictoffset == 0) return false;
   py::str key(name);
   PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), key.ptr());  // Borrowed; sets no error
-  if (on_class != nullptr && Py_IS_TYPE(on_class, &PyProperty_Type)) return false;
+  if (on_class != nullptr && PyObject_TypeCheck(on_class, &PyProperty_Type)) return false;
   PyObject* dict = PyObject_GenericGetDict(obj, nullptr);  // New
   if (dict == nullptr) {
     PyErr_Clear();

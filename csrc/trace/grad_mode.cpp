@@ -136,7 +136,18 @@ ValuePtr Tracer::autocast_call(const std::vector<ValuePtr>& args, const KwValues
   } catch (const py::error_already_set& e) {
     FJ_UNSUPPORTED(kUnsupportedCall, "torch.autocast raised at trace time: {}", e.what());
   }
-  return mode_value(kAutocastManager, std::move(manager));  // no effect until entered
+  // The call's arguments as _enter_autocast takes them, unresolved: a dtype left out is the
+  // autocast default when the graph runs (torch.set_autocast_dtype), as in eager.
+  py::object bound = py::module_::import("inspect").attr("signature")(
+      PyRefs::get().torch.attr("autocast").attr("__init__")).attr("bind")(py::none(), *real_args, **real_kwargs);
+  py::dict given = bound.attr("arguments");
+  ValuePtr value = mode_value(kAutocastManager, std::move(manager));  // no effect until entered
+  for (const char* name : {"device_type", "dtype", "enabled", "cache_enabled"}) {
+    value->items.push_back(Value::constant(given.contains(name) ? py::object(given[name])
+                                           : std::string(name) == "enabled" ? py::object(py::bool_(true))
+                                                                             : py::object(py::none())));
+  }
+  return value;
 }
 
 void Tracer::check_no_open_inference_block(const std::string& why) {
@@ -151,9 +162,8 @@ void Tracer::enter_with(const ValuePtr& manager) {
   } else if (kind == kAutocastManager) {
     // _enter_autocast(device_type, dtype, enabled, cache_enabled), as the manager holds them.
     py::object amp = PyRefs::get().torch.attr("amp").attr("autocast_mode");
-    py::tuple vals = py::make_tuple(manager->obj.attr("device"), manager->obj.attr("fast_dtype"),
-                                    manager->obj.attr("_enabled"),
-                                    manager->obj.attr("_cache_enabled"));
+    py::tuple vals = py::make_tuple(manager->items[0]->obj, manager->items[1]->obj,
+                                    manager->items[2]->obj, manager->items[3]->obj);
     std::vector<Arg> enter_args;
     for (py::handle v : vals) enter_args.push_back(Arg::constant(py::reinterpret_borrow<py::object>(v)));
     enter_mode_block(manager, kAutocastExit, amp.attr("_enter_autocast"),

@@ -124,9 +124,7 @@ Node* Tracer::size_node(const ValuePtr& value) {
 ValuePtr Tracer::concretize(const ValuePtr& value) {
   if (value->kind == VKind::kSymNum) return value->is_size_expr() ? specialize(value) : value;
   if (!value->holds_size_expr()) return value;
-  ValuePtr copy = std::make_shared<Value>(*value);
-  copy->source = -1;
-  for (auto& item : copy->items) item = concretize(item);
+  ValuePtr copy = Value::map_items(value, [this](const ValuePtr& item) { return concretize(item); });
   if (copy->kind == VKind::kTuple && copy->is_constant_tree()) {
     return Value::constant(copy->as_python());  // torch.Size(...) again for a shape
   }
@@ -151,19 +149,7 @@ void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
 
 void Tracer::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
   std::function<ValuePtr(const ValuePtr&)> pin = [&](const ValuePtr& v) -> ValuePtr {
-    if (v->kind == VKind::kSymNum) return specialize(v);
-    if (v->kind != VKind::kTuple && v->kind != VKind::kList && v->kind != VKind::kDict) return v;
-    bool changed = false;
-    std::vector<ValuePtr> items;
-    for (const auto& item : v->items) {
-      items.push_back(pin(item));
-      changed = changed || items.back() != item;
-    }
-    if (!changed) return v;
-    ValuePtr copy = std::make_shared<Value>(*v);
-    copy->items = std::move(items);
-    copy->source = -1;
-    return copy;
+    return v->kind == VKind::kSymNum ? specialize(v) : Value::map_items(v, pin);
   };
   for (auto& a : args) a = pin(a);
   for (auto& kw : kwargs) kw.second = pin(kw.second);

@@ -351,23 +351,11 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
       return PyFloat_CheckExact(v->obj.ptr()) ? scalar_input(v) : specialize(v);
     }
     if (v->kind == VKind::kDict) return concretize(v);
-    if ((v->kind == VKind::kTuple || v->kind == VKind::kList) && !v->items.empty()) {
-      bool changed = false;
-      std::vector<ValuePtr> items;
-      for (const auto& item : v->items) {
-        items.push_back(lower(item));
-        changed = changed || items.back() != item;
-      }
-      if (!changed) return v;
-      ValuePtr copy = std::make_shared<Value>(*v);
-      copy->items = std::move(items);
-      copy->source = -1;
-      if (copy->pytype.is(refs.size_type)) {  // a shape holding size nodes: a tuple in the graph
-        copy->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
-      }
-      return copy;
+    ValuePtr copy = Value::map_items(v, lower);
+    if (copy != v && copy->pytype.is(refs.size_type)) {  // a shape holding size nodes: a tuple
+      copy->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
     }
-    return v;
+    return copy;
   };
   for (auto& arg : args) arg = lower(arg);
   for (auto& kw : kwargs) kw.second = lower(kw.second);

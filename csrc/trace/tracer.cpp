@@ -583,11 +583,9 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
                              {Rebuild::constant(value->obj.attr("mode"))});
       }
       if (value->method == kAutocastManager) {  // made in the trace, not yet entered
-        const py::object& m = value->obj;
-        return Rebuild::call(PyRefs::get().torch.attr("autocast"),
-                             {Rebuild::constant(m.attr("device")), Rebuild::constant(m.attr("fast_dtype")),
-                              Rebuild::constant(m.attr("_enabled")),
-                              Rebuild::constant(m.attr("_cache_enabled"))});
+        std::vector<Rebuild> given;
+        for (const auto& item : value->items) given.push_back(Rebuild::constant(item->obj));
+        return Rebuild::call(PyRefs::get().torch.attr("autocast"), std::move(given));
       }
       FJ_CHECK(value->method != kInferenceExit && value->method != kAutocastExit,
                "a region ends inside an in-graph inference_mode or autocast block");

@@ -94,6 +94,24 @@ ValuePtr Value::iter(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::map_items(const ValuePtr& value,
+                          const std::function<ValuePtr(const ValuePtr&)>& fn) {
+  if (value->kind != VKind::kTuple && value->kind != VKind::kList && value->kind != VKind::kDict) {
+    return value;
+  }
+  bool changed = false;
+  std::vector<ValuePtr> items;
+  for (const auto& item : value->items) {
+    items.push_back(fn(item));
+    changed = changed || items.back() != item;
+  }
+  if (!changed) return value;
+  ValuePtr copy = std::make_shared<Value>(*value);
+  copy->items = std::move(items);
+  copy->source = -1;
+  return copy;
+}
+
 bool Value::is_size_expr() const {
   if (kind != VKind::kSymNum) return false;
   if (size_of) return true;

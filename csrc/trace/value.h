@@ -1,6 +1,7 @@
 // Abstract values of the tracer: a small closed set of kinds, each with an optional source.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,7 +58,9 @@ inline constexpr const char* kGradModeExit = "<grad mode exit>";
 // the __exit__ its `with` pushes (obj: the trace-time context; node: the graph's enter node).
 inline constexpr const char* kInferenceManager = "<inference mode manager>";
 inline constexpr const char* kInferenceExit = "<inference mode exit>";
-// torch.autocast(...) made in the trace (obj: the real, not yet entered manager), and the
+// torch.autocast(...) made in the trace (obj: the real, not yet entered manager; items: the
+// call's device_type, dtype, enabled, cache_enabled as given, None where not, so that defaults
+// are read when the graph runs), and the
 // __exit__ its `with` pushes (obj: the trace-time mode; node: the graph's enter node).
 inline constexpr const char* kAutocastManager = "<autocast manager>";
 inline constexpr const char* kAutocastExit = "<autocast exit>";
@@ -101,6 +104,11 @@ struct Value {
   bool is_constant_tree() const;
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
   py::object as_python() const;
+
+  // This container with fn applied to each item: itself if no item changed, else a copy (made
+  // during the trace: no source). Values other than tuples, lists and dicts: itself.
+  static ValuePtr map_items(const ValuePtr& value,
+                            const std::function<ValuePtr(const ValuePtr&)>& fn);
 
   // "Tensor(f32[2, 3])", "Const(3)", "Object(<module 'torch'>)": for messages.
   std::string describe() const;

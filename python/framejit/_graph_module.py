@@ -33,6 +33,9 @@ class FramejitGraphModule(_LazyGraphModule):
     def __new__(cls, *args, **kwargs):
         # GraphModule.__new__ makes a class for each instance (FX sets the generated forward on
         # it), which costs more than the rest of this module: it is made on materialisation.
+        # A copy of a materialised module (deepcopy calls type(gm).__new__) gets its own.
+        if cls is not FramejitGraphModule:
+            cls = _instance_class(FramejitGraphModule)
         return torch.nn.Module.__new__(cls)
 
     def __init__(self, runner, name: str):
@@ -60,7 +63,9 @@ class FramejitGraphModule(_LazyGraphModule):
         self._deepcopy_hooks = []
         self.shape_env = None
         del self.__dict__["_framejit_runner"]
-        del self.__dict__["forward"]
+        forward = self.__dict__.get("forward")
+        if getattr(forward, "__func__", None) is runner:  # not a forward someone set since
+            del self.__dict__["forward"]
         self.__class__ = _instance_class(type(self))
         self._graph = fx_graph
         fx_graph.owning_module = self

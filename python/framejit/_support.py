@@ -198,8 +198,10 @@ def autocast_meta(fn, method: str, args, kwargs, devices):
 
     def to_meta(t):
         if isinstance(t, FakeTensor):
-            return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",
+            meta = torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device="meta",
                                        requires_grad=t.requires_grad)
+            # An op's result is not a leaf: in-place ops on it must trace as on the real one.
+            return meta.clone() if t.requires_grad else meta
         return t
 
     args, kwargs = tree_map(to_fake, list(args)), tree_map(to_fake, dict(kwargs))

@@ -61,7 +61,7 @@ def test_a_with_autocast_block_is_one_graph_with_enter_and_exit_nodes():
     compiled(torch.randn(4, 8))
     assert counter.frame_count == 1
     text = "".join(r["graph"] for r in regions(autocast_inside) if r["graph"])
-    assert "torch.amp.autocast_mode._enter_autocast('cpu', torch.bfloat16, True, True)" in text
+    assert "torch.amp.autocast_mode._enter_autocast('cpu', torch.bfloat16, True, None)" in text
     assert "torch.amp.autocast_mode._exit_autocast(enter_autocast)" in text
     assert 'linear: "bf16[4, 8]"' in text
     assert not torch.is_autocast_enabled("cpu")  # the trace left the thread state as it was
@@ -86,3 +86,52 @@ def test_native_backend_runs_an_in_graph_autocast_block():
     compiled = framejit.compile(autocast_inside, backend="native")
     x = torch.randn(4, 8)
     assert same(compiled(x), autocast_inside(x), rtol=1e-2, atol=1e-2)
+
+
+# Review findings.
+def test_a_graph_raising_inside_autocast_leaves_autocast_as_it_was():
+    def index_inside(x, idx):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = lin(x)[idx]
+        return z.float()
+
+    compiled = framejit.compile(index_inside, backend="eager")
+    x = torch.randn(4, 8)
+    compiled(x, torch.tensor([0]))
+    try:
+        compiled(x, torch.tensor([100]))
+    except IndexError:
+        pass
+    assert not torch.is_autocast_enabled("cpu")
+
+
+def test_the_default_autocast_dtype_is_read_when_the_graph_runs():
+    def default_dtype(x):
+        with torch.autocast("cpu"):
+            y = lin(x)
+        return y.float(), str(y.dtype)
+
+    compiled = framejit.compile(default_dtype, backend="eager")
+    x = torch.randn(4, 8)
+    assert same(compiled(x), default_dtype(x), rtol=1e-2, atol=1e-2)
+    before = torch.get_autocast_dtype("cpu")
+    try:
+        torch.set_autocast_dtype("cpu", torch.float16)
+        out = compiled(x)
+        assert out[1] == "torch.float16" and same(out, default_dtype(x), rtol=1e-2, atol=1e-2)
+    finally:
+        torch.set_autocast_dtype("cpu", before)
+
+
+def test_in_place_op_on_an_autocast_result_stays_in_the_graph():
+    def add_in_place(x):
+        y = lin(x)
+        y.add_(1)
+        return y.float()
+
+    counter = CompileCounter()
+    compiled = framejit.compile(add_in_place, backend=counter)
+    x = torch.randn(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert same(compiled(x), add_in_place(x))
+    assert counter.frame_count == 1

@@ -8,7 +8,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import framejit
 from feature_checks import check_module, rand
+from framejit.testing import same
 
 ONE = {"return"}  # one region that runs to the return: no break
 
@@ -387,3 +389,25 @@ def test_training_flag_flip_compiles_the_other_side():
     compiled.train()
     assert torch.equal(compiled(X), X * 2)
     assert counter.frame_count == 2
+
+
+def test_a_property_subclass_wins_over_a_parameter_of_the_same_name():
+    class myprop(property):
+        pass
+
+    class Shadowed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._parameters["w"] = torch.nn.Parameter(torch.ones(2))
+
+        @myprop
+        def w(self):
+            return torch.full((2,), 5.0)
+
+        def forward(self, x):
+            return x * self.w
+
+    model = Shadowed()
+    compiled = framejit.compile(model, backend="eager")
+    x = torch.randn(2)
+    assert same(compiled(x), model(x))

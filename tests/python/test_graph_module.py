@@ -205,3 +205,33 @@ def test_modules_share_a_class_until_materialised():
     x, y = torch.randn(5, 4), torch.randn(5, 2)
     assert same(second.forward(x, y), mixed(x, y))  # still the runner
     assert type(second.forward.__func__).__name__ == "GraphRunner"
+
+
+def test_a_deepcopy_of_a_materialised_module_has_its_own_class():
+    def f(x):
+        return torch.sin(x) + 1
+
+    keep = Keep()
+    compiled = framejit.compile(f, backend=keep)
+    x = torch.randn(4)
+    compiled(x)
+    (gm,) = keep.gms
+    gm.recompile()
+    copied = copy.deepcopy(gm)
+    assert type(copied) is not type(gm)
+    for node in copied.graph.nodes:
+        if node.target is torch.sin:
+            node.target = torch.cos
+    copied.recompile()
+    assert same(gm(x), (torch.sin(x) + 1,)) and same(copied(x), (torch.cos(x) + 1,))
+
+
+def test_a_forward_set_by_the_backend_survives_materialisation():
+    keep = Keep()
+    compiled = framejit.compile(mixed, backend=keep)
+    compiled(*inputs())
+    (gm,) = keep.gms
+    inner = gm.forward
+    gm.forward = lambda *a: inner(*a)
+    gm.graph  # materialises
+    assert gm.__dict__["forward"] is not None and "forward" in gm.__dict__
