@@ -21,7 +21,7 @@ fi
 # torch is pinned and installed on its own first, so nothing later resolves a bare "torch".
 "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
   || "$PYTHON" -m pip install -q "torch==2.13.0"
-"$PYTHON" -m pip install -q "scikit-build-core>=0.10" pytest numpy nvidia-cuda-nvrtc-cu12
+"$PYTHON" -m pip install -q "scikit-build-core>=0.10" pytest numpy matplotlib nvidia-cuda-nvrtc-cu12
 
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 "$PYTHON" -m pip install -q --no-build-isolation --no-deps .
