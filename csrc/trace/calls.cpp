@@ -18,13 +18,8 @@ namespace {
 
 // Queries whose answer depends on a tensor's sizes or strides (not on its rank or dtype).
 bool is_size_query(const std::string& name) {
-  const std::string base = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
-  static const char* kSizeQueries[] = {"size", "stride", "numel", "nelement", "is_contiguous",
-                                       "storage_offset"};
-  for (const char* query : kSizeQueries) {
-    if (base == query) return true;
-  }
-  return false;
+  return base_name_in(name, {"size", "stride", "numel", "nelement", "is_contiguous",
+                             "storage_offset"});
 }
 
 bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {

@@ -64,10 +64,14 @@ ValuePtr Tracer::tensor_size(const ValuePtr& tensor, int64_t dim, const std::str
     note_size_read(how);
     return Value::constant(value);
   }
+  return size_leaf(tensor, dim, value);
+}
+
+ValuePtr Tracer::size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value) {
   auto key = std::make_pair(tensor->node, dim);
   auto found = size_leaves_.find(key);
   if (found != size_leaves_.end()) return found->second;
-  ValuePtr leaf = Value::sym_num(py::object(), {}, value);
+  ValuePtr leaf = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(value));
   leaf->size_of = tensor;
   leaf->size_dim = static_cast<int>(dim);
   size_leaves_.emplace(key, leaf);
@@ -82,7 +86,7 @@ ValuePtr Tracer::tensor_shape(const ValuePtr& tensor, const std::string& how) {
   }
   const int64_t rank = static_cast<int64_t>(py::len(sizes));
   std::vector<ValuePtr> items;
-  for (int64_t d = 0; d < rank; ++d) items.push_back(tensor_size(tensor, d, how));
+  for (int64_t d = 0; d < rank; ++d) items.push_back(size_leaf(tensor, d, sizes[py::int_(d)]));
   return Value::tuple(std::move(items), PyRefs::get().size_type);
 }
 

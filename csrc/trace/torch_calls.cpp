@@ -2,6 +2,7 @@
 // output metadata, the real device inferred beside it, and one graph node per call.
 #include <fmt/format.h>
 
+#include <cstring>
 #include <functional>
 #include <unordered_map>
 
@@ -23,32 +24,16 @@ std::string error_summary(const py::error_already_set& error) {
   return text;
 }
 
-// The last part of a call target's text: "split" for "torch.split" or method "split".
-std::string base_name(const std::string& target_text) {
-  const auto dot = target_text.rfind('.');
-  return dot == std::string::npos ? target_text : target_text.substr(dot + 1);
-}
-
 // Ops whose number of results depends on the input's sizes.
 bool splits_by_size(const std::string& target_text) {
-  static const char* kNames[] = {"split", "chunk", "unbind", "tensor_split", "hsplit", "vsplit",
-                                 "dsplit", "unsafe_split", "unsafe_chunk", "split_with_sizes"};
-  const std::string name = base_name(target_text);
-  for (const char* n : kNames) {
-    if (name == n) return true;
-  }
-  return false;
+  return base_name_in(target_text, {"split", "chunk", "unbind", "tensor_split", "hsplit", "vsplit",
+                                    "dsplit", "unsafe_split", "unsafe_chunk", "split_with_sizes"});
 }
 
 // In-place ops that change the shape of the tensor they mutate.
 bool changes_shape_inplace(const std::string& target_text) {
-  static const char* kNames[] = {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_",
-                                 "squeeze_", "resize_", "resize_as_", "as_strided_", "set_"};
-  const std::string name = base_name(target_text);
-  for (const char* n : kNames) {
-    if (name == n) return true;
-  }
-  return false;
+  return base_name_in(target_text, {"t_", "transpose_", "swapdims_", "swapaxes_", "unsqueeze_",
+                                    "squeeze_", "resize_", "resize_as_", "as_strided_", "set_"});
 }
 
 py::object meta_value(const ValuePtr& value) {
@@ -261,9 +246,8 @@ bool append_value_key(PyObject* obj, std::string& key) {
 
 // The cache key of a call, or "" if it cannot be cached.
 std::string meta_key(PyObject* fn, const std::string& method, const py::list& args,
-                     const py::dict& kwargs) {
+                     const py::dict& kwargs, const GlobalTorchState& global) {
   if (kwargs.contains("out")) return {};
-  const GlobalTorchState global = current_global_torch_state();
   std::string key = method.empty() ? fmt::format("F{}", static_cast<const void*>(fn)) : "M" + method;
   key += global.grad_enabled ? "|g" : "|n";
   key += std::to_string(global.default_dtype);
@@ -324,6 +308,15 @@ py::object replay_meta(const CachedMeta& entry) {
 }
 
 }  // namespace
+
+bool base_name_in(const std::string& text, std::initializer_list<const char*> names) {
+  const auto dot = text.rfind('.');
+  const char* base = text.c_str() + (dot == std::string::npos ? 0 : dot + 1);
+  for (const char* name : names) {
+    if (std::strcmp(base, name) == 0) return true;
+  }
+  return false;
+}
 
 void clear_meta_cache() { meta_cache().clear(); }
 
@@ -407,10 +400,12 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
                        method == "cuda" || method == "cpu";
   // Under torch.autocast the op's dtype is autocast's choice, which meta tensors do not see (its
   // kernels only cast tensors of the real device): the call runs on fake tensors instead.
-  const bool autocast = any_tensor && !mutates && current_global_torch_state().autocast();
+  const GlobalTorchState global =
+      any_tensor && !mutates ? current_global_torch_state() : GlobalTorchState();
+  const bool autocast = any_tensor && !mutates && global.autocast();
   std::string cache_key;
   if (any_tensor && !mutates && !autocast) {
-    cache_key = meta_key(is_method ? nullptr : fn.ptr(), method, meta_args, meta_kwargs);
+    cache_key = meta_key(is_method ? nullptr : fn.ptr(), method, meta_args, meta_kwargs, global);
     if (!cache_key.empty()) {
       auto hit = meta_cache().find(cache_key);
       if (hit != meta_cache().end()) result = replay_meta(hit->second);

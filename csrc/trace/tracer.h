@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <initializer_list>
 #include <map>
 #include <optional>
 #include <memory>
@@ -103,6 +104,10 @@ ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const Valu
 // an unrolled iterator's remaining items, constant tuples and ranges). Reading does not consume
 // an iterator: the caller marks it exhausted once the use is traced.
 bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
+
+// Whether the last dotted part of `text` ("split" of "torch.split", or a bare method name) is
+// one of `names`.
+bool base_name_in(const std::string& text, std::initializer_list<const char*> names);
 
 // Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
 const std::string& tensor_method_kind(const std::string& name);
@@ -294,6 +299,8 @@ class Tracer {
   // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.
   std::unordered_map<const Value*, std::pair<ValuePtr, Node*>> size_nodes_;
   bool stack_holds_size_expr() const;
+  // The size expression leaf for size `dim` (whose value now is `value`) of a tensor, made once.
+  ValuePtr size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value);
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);
   std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,

@@ -36,13 +36,20 @@ def inputs():
     return torch.randn(3, 4), torch.randn(3, 2)
 
 
-def test_forward_runs_without_building_the_fx_graph():
+def graph_module_of(fn, *args):
+    """Compiles fn with a Keep backend, checks one call on args against eager, and returns the
+    one GraphModule the backend was given and the compiled function."""
     keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
-    args = inputs()
-    assert same(compiled(*args), mixed(*args))
-    assert same(compiled(*args), mixed(*args))
+    compiled = framejit.compile(fn, backend=keep)
+    assert same(compiled(*args), fn(*args))
     (gm,) = keep.gms
+    return gm, compiled
+
+
+def test_forward_runs_without_building_the_fx_graph():
+    args = inputs()
+    gm, compiled = graph_module_of(mixed, *args)
+    assert same(compiled(*args), mixed(*args))
     assert isinstance(gm, torch.fx.GraphModule)
     assert "_graph" not in gm.__dict__ and "_code" not in gm.__dict__
     assert type(gm.forward.__func__).__name__ == "GraphRunner"
@@ -50,11 +57,8 @@ def test_forward_runs_without_building_the_fx_graph():
 
 
 def test_reading_the_graph_makes_an_ordinary_graph_module():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
     args = inputs()
-    compiled(*args)
-    (gm,) = keep.gms
+    gm, compiled = graph_module_of(mixed, *args)
     targets = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert torch.cat in targets and torch.relu in targets
     assert all("example_value" in n.meta for n in gm.graph.nodes if n.op != "output")
@@ -82,21 +86,15 @@ def test_a_backend_that_edits_the_graph_and_recompiles():
 
 
 def test_any_fx_attribute_materialises():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
-    compiled(*inputs())
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(mixed, *inputs())
     assert gm._create_node_hooks == []
     assert "_graph" in gm.__dict__
     assert "torch.cat" in str(gm)
 
 
 def test_deepcopy_and_pickle_before_and_after_materialising():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
     args = inputs()
-    compiled(*args)
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(mixed, *args)
     copied = copy.deepcopy(gm)  # materialises gm first
     assert "_graph" in gm.__dict__ and "_graph" in copied.__dict__
     assert same(copied(*args), mixed(*args))
@@ -104,10 +102,7 @@ def test_deepcopy_and_pickle_before_and_after_materialising():
 
 
 def test_wrong_number_of_inputs_is_a_clear_type_error():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
-    compiled(*inputs())
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(mixed, *inputs())
     with pytest.raises(TypeError, match="takes 2 positional inputs after the module, got 1"):
         gm.forward(torch.randn(3, 4))
 
@@ -116,15 +111,11 @@ def test_an_error_inside_the_graph_propagates_and_leaks_no_intermediate():
     def boom(x):
         raise ValueError("boom")
 
-    keep = Keep()
-
     def f(x):
         return torch.sin(x) * 2
 
-    compiled = framejit.compile(f, backend=keep)
     x = torch.randn(4)
-    compiled(x)
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(f, x)
     runner = gm.forward.__func__
     before = sys.getrefcount(x)
     with pytest.raises(TypeError):
@@ -161,11 +152,8 @@ def test_repeated_calls_keep_refcounts_flat():
 
 
 def test_fx_symbolic_trace_of_the_graph_module_materialises_it_first():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
     args = inputs()
-    compiled(*args)
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(mixed, *args)
     retraced = torch.fx.symbolic_trace(gm)  # Tracer.trace reads type(gm).forward.__code__
     assert same(retraced(*args), mixed(*args))
     assert "_graph" in gm.__dict__
@@ -173,11 +161,8 @@ def test_fx_symbolic_trace_of_the_graph_module_materialises_it_first():
 
 @pytest.mark.parametrize("first_use", ["code", "str", "pickle"])
 def test_code_str_and_pickle_materialise_a_fresh_graph_module(first_use):
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
     args = inputs()
-    compiled(*args)
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(mixed, *args)
     assert "_graph" not in gm.__dict__
     if first_use == "code":
         assert "torch.cat" in gm.code
@@ -211,11 +196,8 @@ def test_a_deepcopy_of_a_materialised_module_has_its_own_class():
     def f(x):
         return torch.sin(x) + 1
 
-    keep = Keep()
-    compiled = framejit.compile(f, backend=keep)
     x = torch.randn(4)
-    compiled(x)
-    (gm,) = keep.gms
+    gm, _ = graph_module_of(f, x)
     gm.recompile()
     copied = copy.deepcopy(gm)
     assert type(copied) is not type(gm)
@@ -227,11 +209,11 @@ def test_a_deepcopy_of_a_materialised_module_has_its_own_class():
 
 
 def test_a_forward_set_by_the_backend_survives_materialisation():
-    keep = Keep()
-    compiled = framejit.compile(mixed, backend=keep)
-    compiled(*inputs())
-    (gm,) = keep.gms
+    args = inputs()
+    gm, _ = graph_module_of(mixed, *args)
     inner = gm.forward
-    gm.forward = lambda *a: inner(*a)
+    wrapper = lambda *a: inner(*a)  # noqa: E731
+    gm.forward = wrapper
     gm.graph  # materialises
-    assert gm.__dict__["forward"] is not None and "forward" in gm.__dict__
+    assert gm.__dict__["forward"] is wrapper
+    assert same(gm.forward(*args), mixed(*args))
