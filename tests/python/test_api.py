@@ -542,3 +542,24 @@ def test_tensor_subclass_with_torch_function_is_not_traced_with_meta():
     assert LoggingTensor.calls == ["mul", "add"]  # the subclass saw its ops, as in eager
     assert counter.frame_count == 0
     assert "overrides __torch_function__" in regions(fn)[0]["reason"]
+
+
+def test_meta_stats_count_hits_after_a_reset_and_misses_after_clearing():
+    from framejit import _C
+
+    def two_ops(x):
+        return torch.sin(x) * 3
+
+    x = torch.randn(5, 7)
+    counter = CompileCounter()
+    compiled = framejit.compile(two_ops, backend=counter)
+    _C.clear_meta_cache()
+    before = _C.meta_stats()
+    assert same(compiled(x), two_ops(x))
+    cold = _C.meta_stats()
+    assert cold["misses"] - before["misses"] == 2 and cold["hits"] == before["hits"]
+    framejit.reset()  # regions go, the meta memo stays
+    assert same(compiled(x), two_ops(x))
+    warm = _C.meta_stats()
+    assert warm["hits"] - cold["hits"] == 2 and warm["misses"] == cold["misses"]
+    assert counter.frame_count == 2
