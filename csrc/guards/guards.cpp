@@ -32,6 +32,16 @@ void GuardSet::add_tensor(int slot, PyObject* tensor) {
   sorted_ = false;
 }
 
+void GuardSet::allow_any_sizes(const std::map<int, std::set<int>>& fixed) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind != GuardKind::kTensor) continue;
+    TensorSpec& spec = tensor_specs_[guard.spec];
+    spec.any_sizes = true;
+    auto dims = fixed.find(guard.slot);
+    if (dims != fixed.end()) spec.fixed_dims.assign(dims->second.begin(), dims->second.end());
+  }
+}
+
 void GuardSet::add_len(int slot, int64_t n) {
   Guard guard{GuardKind::kLen, slot, py::none()};
   guard.n = n;

@@ -1,7 +1,9 @@
 // A region's guards: a flat program over its sources, checked before every run of the region.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -55,11 +57,10 @@ class GuardSet {
   size_t size() const { return guards_.size() + 1; }  // + the global torch state
   const GlobalTorchState& entry_state() const { return global_; }
 
-  // Tensor guards check rank, dtype, device, requires_grad and type but no sizes or strides:
-  // for a trace that read no size into Python, handed to a backend that runs any size.
-  void allow_any_sizes() {
-    for (TensorSpec& spec : tensor_specs_) spec.any_sizes = true;
-  }
+  // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
+  // sizes except those in `fixed` (dims by source slot): for a trace that read only those
+  // into Python, handed to a backend that runs any size.
+  void allow_any_sizes(const std::map<int, std::set<int>>& fixed = {});
 
  private:
   bool check_one(const Guard& guard, PyObject* value) const;

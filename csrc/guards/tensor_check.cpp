@@ -43,8 +43,13 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
   }
   if (t.requires_grad() != spec.requires_grad) return false;
   if (t.key_set().raw_repr() != spec.dispatch_keys) return false;
-  if (spec.any_sizes) return true;
   const auto sizes = t.sizes();
+  if (spec.any_sizes) {
+    for (int32_t dim : spec.fixed_dims) {
+      if (sizes[dim] != spec.sizes[dim]) return false;
+    }
+    return true;
+  }
   const auto strides = t.strides();
   for (size_t i = 0; i < ndim; ++i) {
     if (sizes[i] != spec.sizes[i] || strides[i] != spec.strides[i]) return false;
@@ -84,6 +89,13 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
   } else if (now.dispatch_keys != spec.dispatch_keys) {
     out << "dispatch keys changed";
   } else if (spec.any_sizes) {
+    for (int32_t dim : spec.fixed_dims) {
+      if (now.sizes[dim] != spec.sizes[dim]) {
+        out << "size(" << dim << ") changed: expected " << spec.sizes[dim] << ", got "
+            << now.sizes[dim];
+        return out.str();
+      }
+    }
     out << "matches";
   } else if (now.sizes != spec.sizes) {
     out << "sizes changed: expected " << join(spec.sizes) << ", got " << join(now.sizes);
@@ -100,7 +112,12 @@ std::string tensor_spec_text(const TensorSpec& spec) {
   out << spec.type->tp_name << " " << c10::toString(static_cast<c10::ScalarType>(spec.dtype))
       << " " << c10::Device(static_cast<c10::DeviceType>(spec.device_type), spec.device_index)
       << " sizes=" << join(spec.sizes) << " strides=" << join(spec.strides)
-      << (spec.any_sizes ? " (any sizes of this rank)" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
+      << (spec.any_sizes ? " (any sizes of this rank" : "");
+  for (size_t i = 0; spec.any_sizes && i < spec.fixed_dims.size(); ++i) {
+    const int32_t dim = spec.fixed_dims[i];
+    out << (i ? ", " : " with ") << "size(" << dim << ") = " << spec.sizes[dim];
+  }
+  out << (spec.any_sizes ? ")" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();
 }
 

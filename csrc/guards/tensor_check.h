@@ -23,6 +23,9 @@ struct TensorSpec {
   // Sizes and strides are not checked, only the rank: the trace read no size into Python and
   // the backend runs any size (see GuardSet::allow_any_sizes).
   bool any_sizes = false;
+  // With any_sizes: the dimensions whose size is still checked (a size the trace read into
+  // Python was computed from them).
+  std::vector<int32_t> fixed_dims;
 };
 
 // Whether obj is a torch.Tensor (or subclass). Borrowed: obj.

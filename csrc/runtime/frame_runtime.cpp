@@ -257,7 +257,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   }
   region->sources = std::move(tracer.sources());
   region->guards = std::move(tracer.guards());
-  if (ctx.any_sizes && !tracer.sizes_read()) region->guards.allow_any_sizes();
+  if (ctx.any_sizes && !tracer.sizes_read()) region->guards.allow_any_sizes(tracer.pinned_dims());
   if (region->graph_ops == 0) return region;  // nothing for a backend
 
   region->graph_id = g_next_graph_id++;
@@ -271,6 +271,9 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     std::string sizes_note;
     if (ctx.any_sizes && tracer.sizes_read()) {
       sizes_note = fmt::format("sizes specialised: the trace read {}\n", tracer.size_read());
+    } else if (ctx.any_sizes && !tracer.pinned_dims().empty()) {
+      sizes_note = fmt::format("sizes specialised where shown (`with size(d) = n`): the trace read {}\n",
+                               tracer.dims_read());
     }
     log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
                                            code_location(code, line_at(code, bytecode, pc)),

@@ -327,7 +327,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
             return tensor_size(self, dim->obj.cast<int64_t>(), "Tensor.size()");
           }
         }
-        if (is_size_query(name)) note_size_read("Tensor." + name + "()");
+        if (base_name_in(name, {"numel", "nelement"})) {
+          note_sizes_read(self, "Tensor." + name + "()");
+        } else if (is_size_query(name)) {
+          note_size_read("Tensor." + name + "()");
+        }
         make_constant_args(args, kwargs);
         try {
           py::list rest;

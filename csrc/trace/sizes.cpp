@@ -3,7 +3,7 @@
 // directly or through arithmetic: `x.view(x.size(0), -1)` records `size = x.size(0)` and passes
 // the node, so a new batch size runs the same graph. The moment Python needs the number itself
 // (a branch, range(), a slice bound, an f-string, a container index), Tracer::specialize pins it
-// and the region's sizes are guarded as they are (note_size_read).
+// and the input sizes it is computed from are guarded as they are (note_dim_read, size_deps.h).
 //
 // Only regions whose backend runs any size get symbolic sizes (CompileContext::any_sizes): for
 // the others every size is guarded anyway, and constants make the simpler graph.
@@ -135,6 +135,45 @@ ValuePtr Tracer::concretize(const ValuePtr& value) {
   return copy;
 }
 
+void Tracer::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
+  SizeDeps deps;
+  add_size_deps(tensor->node, dim, reshaped_, deps);
+  note_size_deps(deps, what);
+}
+
+void Tracer::note_split_count(Node* split, const std::string& what) {
+  SizeDeps deps;
+  add_split_count_deps(split, reshaped_, deps);
+  note_size_deps(deps, what);
+}
+
+void Tracer::note_size_deps(SizeDeps& deps, const std::string& what) {
+  // A run-time float in a shape (F.interpolate(x, scale_factor=s)): its value is pinned too.
+  for (Node* number : deps.numbers) {
+    bool found = false;
+    for (const auto& [key, entry] : scalar_inputs_) {
+      if (entry.second->node != number) continue;
+      specialize(entry.first);
+      found = true;
+      break;
+    }
+    if (!found) deps.all = true;
+  }
+  for (const auto& [node, dim] : deps.dims) {
+    auto slot = tensor_slots_.find(node);
+    if (slot == tensor_slots_.end()) {
+      deps.all = true;
+      break;
+    }
+    pinned_dims_[slot->second].insert(dim);
+  }
+  if (deps.all) {
+    note_size_read(what);
+  } else if (!deps.dims.empty() && dims_read_.empty()) {
+    dims_read_ = what;
+  }
+}
+
 void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
   for (auto it = size_leaves_.begin(); it != size_leaves_.end();) {
     if (it->first.first != tensor->node) {
@@ -143,12 +182,14 @@ void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
     }
     // Every expression holding the leaf sees it turn into its trace-time constant.
     Value& leaf = *it->second;
-    note_size_read(why);
+    note_dim_read(tensor, leaf.size_dim, why);
     leaf.kind = VKind::kConst;
     leaf.size_of.reset();
     leaf.size_dim = -1;
     it = size_leaves_.erase(it);
   }
+  // Sizes read from it from now on are not those of the node that made it.
+  reshaped_.insert(tensor->node);
 }
 
 void Tracer::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {

@@ -491,17 +491,22 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   const bool is_list = PyList_Check(result.ptr());
   if ((PyTuple_Check(result.ptr()) || is_list) && py::len(result) > 0 &&
       all_tensors(result)) {
-    if (splits_by_size(target_text)) {
-      // How many tensors split / chunk / unbind return depends on the sizes: the graph's
-      // structure holds for these sizes only.
-      note_size_read(target_text + "() (its number of results depends on the sizes)");
-    }
     std::vector<TensorMeta> metas;
     for (py::handle item : result) metas.push_back(meta_of(item, device));
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
                                  result, std::move(metas), true, instr().line, name_hint);
     locate(node);
+    if (splits_by_size(target_text)) {
+      // How many tensors split / chunk / unbind return depends on the sizes: the graph's
+      // structure holds for these sizes only.
+      const std::string what = target_text + "() (its number of results depends on the sizes)";
+      if (symbolic_sizes_) {
+        note_split_count(node, what);
+      } else {
+        note_size_read(what);
+      }
+    }
     std::vector<ValuePtr> items;
     py::object getitem = refs.operator_module.attr("getitem");
     for (size_t i = 0; i < py::len(result); ++i) {
@@ -553,7 +558,7 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
   for (const char* constant : kMetaConstants) {
     if (name != constant) continue;
     if (name == "shape") return tensor_shape(tensor, "Tensor.shape");
-    if (name == "nbytes") note_size_read("Tensor." + name);
+    if (name == "nbytes") note_sizes_read(tensor, "Tensor." + name);
     return Value::constant(tensor->obj.attr(constant));
   }
   const std::string device = py::str(tensor->device).cast<std::string>();

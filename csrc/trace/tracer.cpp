@@ -404,6 +404,7 @@ ValuePtr Tracer::wrap_source(int slot, py::handle real) {
     py::object device = real.attr("device");
     Node* node = graph_.add_placeholder(sources_.at(slot).name_hint, meta, meta_of(meta, device));
     inputs_.push_back(Rebuild::slot(slot));
+    tensor_slots_.emplace(node, slot);
     value = Value::tensor(node, meta, device, slot);
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
@@ -457,7 +458,7 @@ ValuePtr Tracer::specialize(const ValuePtr& value) {
   collect_leaves(value, leaves);
   for (const auto& leaf : leaves) {
     if (leaf->size_of) {
-      note_size_read("a size used as a Python value");
+      note_dim_read(leaf->size_of, leaf->size_dim, "a size used as a Python value");
     } else {
       guards_.add_const(leaf->source, leaf->obj.ptr());
     }
@@ -472,7 +473,8 @@ ValuePtr Tracer::scalar_input(const ValuePtr& value) {
   std::function<Rebuild(const ValuePtr&)> expr = [&](const ValuePtr& v) -> Rebuild {
     if (v->kind != VKind::kSymNum) return Rebuild::constant(v->obj);
     if (v->size_of) {  // a size mixed with run-time numbers: pinned
-      note_size_read("a size in arithmetic with a number known only at run time");
+      note_dim_read(v->size_of, v->size_dim,
+                    "a size in arithmetic with a number known only at run time");
       return Rebuild::constant(v->obj);
     }
     if (!v->fn) return Rebuild::slot(v->source);

@@ -6,10 +6,12 @@
 #include <array>
 #include <initializer_list>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "bytecode/decode.h"
@@ -19,6 +21,7 @@
 #include "guards/source.h"
 #include "runtime/code_state.h"
 #include "runtime/rebuild.h"
+#include "trace/size_deps.h"
 #include "trace/value.h"
 
 namespace framejit {
@@ -136,6 +139,23 @@ class Tracer {
   }
   bool sizes_read() const { return !size_read_.empty(); }
   const std::string& size_read() const { return size_read_; }
+  // Finer: size `dim` of `tensor` (-1: all its sizes) became a Python value. Only the input
+  // sizes it is computed from are pinned (SizeDeps), unless the walk cannot tell, which counts
+  // as note_size_read. Symbolic-size traces only.
+  void note_dim_read(const ValuePtr& tensor, int dim, const std::string& what);
+  // Every size of `tensor` (numel, nbytes) became a Python value.
+  void note_sizes_read(const ValuePtr& tensor, const std::string& what) {
+    if (symbolic_sizes_) {
+      note_dim_read(tensor, -1, what);
+    } else {
+      note_size_read(what);
+    }
+  }
+  // How many tensors the split / chunk / unbind node `split` returns depends on sizes.
+  void note_split_count(Node* split, const std::string& what);
+  // The input dimensions pinned so far, by source slot, and the first read that pinned one.
+  const std::map<int, std::set<int>>& pinned_dims() const { return pinned_dims_; }
+  const std::string& dims_read() const { return dims_read_; }
   GuardSet& guards() { return guards_; }
   Graph& graph() { return graph_; }
   const std::vector<Rebuild>& inputs() const { return inputs_; }
@@ -293,6 +313,12 @@ class Tracer {
                         const char* enter_text, std::vector<Arg> enter_args,
                         py::tuple real_args, py::object leave, const char* name_hint);
   std::string size_read_;  // the first way a size was read, "" if none
+  std::string dims_read_;  // the first read that pinned some input dimensions
+  std::map<int, std::set<int>> pinned_dims_;
+  std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
+  // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
+  std::unordered_set<Node*> reshaped_;
+  void note_size_deps(SizeDeps& deps, const std::string& what);
   bool symbolic_sizes_ = false;
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
   std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;

@@ -1,6 +1,6 @@
 """Symbolic sizes: a size that only flows into torch calls is a graph value (`x.size(0)`), so a
 new batch size runs the same graph; a size Python needs (a branch, range, a slice bound, a
-string) specialises the region's sizes. Each test compares with eager and counts graphs."""
+string) guards the input sizes it comes from (test_size_guards.py). Each test compares with eager and counts graphs."""
 import math
 
 import pytest

@@ -1,0 +1,34 @@
+// Which input sizes a size in the graph depends on: the walk behind per-dimension size guards.
+//
+// When Python needs a size (a branch, range(), a split's number of results), the trace holds
+// only for the input sizes that size is computed from. Walking back from the size through the
+// nodes that made its tensor finds them: `x.size(1)` of an input is that input's dim 1; the
+// batch dim of `linear(x, w)` is x's, its last dim w's dim 0; an op framejit knows no shape
+// rule for depends on every size of every argument (a superset, so always safe).
+#pragma once
+
+#include <set>
+#include <unordered_set>
+#include <utility>
+
+#include "graph/graph.h"
+
+namespace framejit {
+
+struct SizeDeps {
+  std::set<std::pair<Node*, int>> dims;  // (tensor placeholder, dim)
+  std::set<Node*> numbers;               // number placeholders (a run-time float in a shape)
+  bool all = false;                      // unknown: every size of every input counts
+};
+
+// Adds to `out` what size `dim` of tensor node `node` depends on; dim -1: every size of a
+// tensor node, or the value of a number node (a size expression). Nodes in `reshaped` had
+// their shape changed in place after they were made: their sizes depend on anything.
+void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+                   SizeDeps& out);
+
+// Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on.
+void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
+                          SizeDeps& out);
+
+}  // namespace framejit

@@ -1,0 +1,214 @@
+"""Per-dimension size guards: a size read into Python pins only the input sizes it is computed
+from (DESIGN.md, "Shapes, guards"). Each case runs a function on several input shapes, checks
+every result against eager and counts graphs: a shape that keeps the pinned sizes runs the same
+graph, one that changes them traces again (and must, or the result would be wrong)."""
+import logging
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import framejit
+from framejit.testing import CompileCounter, same
+
+
+def count_graphs(fn, calls):
+    """Compiles fn and calls it once per entry of `calls` (a tuple of argument shapes each; an
+    int shape stands for a tensor of that many random integers below 10), each result checked
+    against eager. Returns the number of graphs traced."""
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    for shapes in calls:
+        args = [torch.randint(0, 10, (s,)) if isinstance(s, int) else torch.randn(*s)
+                for s in shapes]
+        assert same(compiled(*args), fn(*args)), shapes
+    return counter.frame_count
+
+
+def loop_over(n, y):
+    for i in range(n):  # range() needs the number: the size is pinned
+        y = y + i
+    return y
+
+
+def range_of_dim1(x):
+    return loop_over(x.size(1), x.relu())
+
+
+def view_rest_then_branch(x):
+    y = x.view(2, -1)  # the -1 is x.numel() / 2: every size of x
+    return y * 2 if y.size(1) > 5 else y
+
+
+def broadcast_rows(x, b):
+    y = x + b
+    return loop_over(y.size(0), y)
+
+
+def broadcast_cols(x, b):
+    y = x + b
+    return loop_over(y.size(1), y)
+
+
+def linear_out(x, w):
+    y = F.linear(x, w)
+    return loop_over(y.size(-1), y)
+
+
+def matmul_rows(a, b):
+    y = a @ b
+    return loop_over(y.size(-2), y)
+
+
+def transposed(x):
+    y = x.transpose(0, 1)
+    return loop_over(y.size(0), y)
+
+
+def permuted(x):
+    y = x.permute(2, 0, 1)
+    return loop_over(y.size(0), y)
+
+
+def last_step(x):
+    y = x[:, -1]
+    return loop_over(y.size(0), y)
+
+
+def new_axis_sliced(x):
+    y = x[..., None, 1:]
+    return loop_over(y.size(-1), y)
+
+
+def concatenated(x):
+    y = torch.cat([x, x], 0)
+    return loop_over(y.size(0), y)
+
+
+def stacked(x):
+    y = torch.stack([x, x], 1)
+    return loop_over(y.size(1), y)
+
+
+def split_pieces(x):
+    return sum(piece.sum() for piece in x.split(2, dim=1))
+
+
+def unbound(x):
+    return [row * 2 for row in x.unbind(1)]
+
+
+def chunk_width(x):
+    a, b = x.chunk(2, dim=1)
+    return loop_over(a.size(1), a - b)
+
+
+def unsqueezed_in_place(x):
+    y = x.clone()
+    y.unsqueeze_(0)  # y's sizes are no longer those of the node that made it
+    return loop_over(y.size(1), y)
+
+
+def expanded(x):
+    y = x.expand(4, -1)
+    return loop_over(y.size(0), y) + loop_over(y.size(1), y)
+
+
+def reshaped_by_size(x):
+    y = x.reshape(x.size(0) * 2, -1)
+    return loop_over(y.size(0), y)
+
+
+def attention_length(q, k, v):
+    y = F.scaled_dot_product_attention(q, k, v)
+    return loop_over(y.size(-2), y)
+
+
+def embedded(idx, weight):
+    y = F.embedding(idx, weight)
+    return loop_over(y.size(-1), y)
+
+
+def numel_branch(x):
+    return x * 2 if x.numel() > 12 else x * 3
+
+
+CASES = [
+    # (function, calls, graphs): the shapes in each call, the number of graphs traced
+    (range_of_dim1, [((2, 3),), ((5, 3),), ((5, 4),)], 2),
+    (view_rest_then_branch, [((4, 6),), ((8, 6),), ((4, 6),), ((4, 3),)], 3),
+    (broadcast_rows, [((3, 5), (1, 5)), ((4, 5), (1, 5)), ((3, 5), (3, 5))], 3),
+    (broadcast_cols, [((3, 5), (1, 5)), ((7, 5), (1, 5)), ((7, 6), (1, 6))], 2),
+    (linear_out, [((2, 4), (3, 4)), ((7, 4), (3, 4)), ((7, 4), (5, 4))], 2),
+    (matmul_rows, [((2, 3, 4), (4, 5)), ((6, 3, 4), (4, 7)), ((6, 2, 4), (4, 7))], 2),
+    (transposed, [((2, 3),), ((4, 3),), ((4, 5),)], 2),
+    (permuted, [((2, 3, 4),), ((5, 6, 4),), ((5, 6, 3),)], 2),
+    (last_step, [((2, 3, 4),), ((2, 5, 6),), ((3, 5, 6),)], 2),
+    (new_axis_sliced, [((2, 3, 4),), ((5, 6, 4),), ((5, 6, 7),)], 2),
+    (concatenated, [((2, 3),), ((2, 7),), ((3, 7),)], 2),
+    (stacked, [((2, 3),), ((5, 7),)], 1),
+    (split_pieces, [((3, 4),), ((6, 4),), ((3, 5),), ((6, 5),)], 2),
+    (unbound, [((2, 3),), ((5, 3),), ((5, 4),)], 2),
+    (chunk_width, [((2, 4),), ((3, 4),), ((3, 6),)], 2),
+    (unsqueezed_in_place, [((2, 3),), ((4, 3),)], 2),
+    (expanded, [((1, 3),), ((1, 5),)], 2),
+    (reshaped_by_size, [((2, 6),), ((2, 8),), ((3, 6),)], 2),
+    (attention_length, [((2, 2, 3, 4),) * 3, ((5, 2, 3, 4),) * 3,
+                        ((2, 2, 4, 4), (2, 2, 3, 4), (2, 2, 3, 4))], 2),
+    (embedded, [(3, (10, 4)), (7, (10, 4)), (7, (10, 6))], 2),
+    (numel_branch, [((2, 6),), ((3, 6),), ((2, 5),)], 3),
+]
+
+
+@pytest.mark.parametrize("fn, calls, graphs", CASES, ids=[c[0].__name__ for c in CASES])
+def test_only_the_sizes_read_are_guarded(fn, calls, graphs):
+    assert count_graphs(fn, calls) == graphs
+
+
+def test_dynamic_false_still_guards_every_size():
+    counter = CompileCounter()
+    compiled = framejit.compile(range_of_dim1, backend=counter, dynamic=False)
+    for shape in ((2, 3), (5, 3)):
+        x = torch.randn(*shape)
+        assert same(compiled(x), range_of_dim1(x))
+    assert counter.frame_count == 2
+
+
+def test_module_weight_size_is_guarded_not_the_batch():
+    layer = torch.nn.Linear(4, 3)
+
+    def fn(x):
+        y = layer(x)
+        return loop_over(y.size(-1), y)
+
+    assert count_graphs(fn, [((2, 4),), ((9, 4),), ((1, 4),)]) == 1
+
+
+def test_guards_log_names_the_pinned_dimension(caplog):
+    framejit.set_logs("guards", "recompiles", handler=False)
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            assert count_graphs(range_of_dim1, [((2, 3),), ((5, 3),), ((5, 4),)]) == 2
+    finally:
+        framejit.set_logs()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "(any sizes of this rank with size(1) = 3)" in text
+    assert "size(1) changed: expected 3, got 4" in text
+    assert "sizes specialised where shown" in text
+
+
+def arange_after_break(x, n):
+    y = x + 1
+    print("", end="")  # a break: the next region starts mid-frame, where n is not specialised
+    z = torch.arange(n * 0.5)  # a run-time float decides z's size
+    return loop_over(len(z), y), z
+
+
+def test_run_time_float_that_decides_a_read_size_is_guarded():
+    counter = CompileCounter()
+    compiled = framejit.compile(arange_after_break, backend=counter)
+    x = torch.randn(3)
+    for n in (4, 4, 7, 4):
+        assert same(compiled(x, n), arange_after_break(x, n)), n
+    # the first region once, the second once per value of n (the float is a graph input)
+    assert counter.frame_count == 3
