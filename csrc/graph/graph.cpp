@@ -11,6 +11,7 @@ namespace framejit {
 
 std::string TensorMeta::to_string() const {
   if (scalar) return "Sym(" + dtype + ")";
+  if (dtype.empty()) return "None";  // a None among a tuple result's tensors
   std::string out = dtype + "[";
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (i) out += ", ";

@@ -208,6 +208,14 @@ class IteratorsConsumed {
 };
 
 // Builtins that iterate their arguments (and nothing else about them).
+// Whether builtin `name` iterates its argument `arg`, a tensor, row by row (enumerate(x),
+// zip(x, y), list(x), sum(x)). Not len() (a size), reversed() (Tensor.__reversed__ flips),
+// or the ones that compare rows (min, max, sorted, set, dict keys).
+bool iterates_rows(const std::string& name, const ValuePtr& arg, const std::vector<ValuePtr>& args) {
+  if (name == "enumerate") return arg.get() == args[0].get();
+  return name == "zip" || name == "list" || name == "tuple" || name == "sum";
+}
+
 bool consumes_iterables(const std::string& name) {
   static const char* kNames[] = {"enumerate", "zip", "reversed", "len", "list", "tuple", "sum",
                                  "any", "all", "min", "max", "sorted", "dict", "set"};
@@ -466,6 +474,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {
         arg = Value::list(std::move(items));
+      } else if (arg->kind == VKind::kTensor && iterates_rows(callable_name(callable), arg, args)) {
+        arg = tensor_rows(arg);
       }
     }
     if (callable_name(callable) == "enumerate" && kwargs.size() == 1 && kwargs[0].first == "start" &&

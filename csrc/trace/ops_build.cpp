@@ -121,8 +121,9 @@ void op_dict_update(Tracer& t, const Instr& i) {
 }
 
 // The items of a sequence being unpacked (UNPACK_SEQUENCE, UNPACK_EX).
-std::vector<ValuePtr> unpacked_items(const ValuePtr& seq) {
+std::vector<ValuePtr> unpacked_items(Tracer& t, const ValuePtr& seq) {
   std::vector<ValuePtr> items;
+  if (seq->kind == VKind::kTensor) return t.tensor_rows(seq)->items;  // a, b = x
   if (!iterable_items(seq, items)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} is not traced yet", seq->describe());
   }
@@ -132,7 +133,7 @@ std::vector<ValuePtr> unpacked_items(const ValuePtr& seq) {
 // a, *rest, b = seq: arg's low byte counts the names before the star, the high byte those after.
 void op_unpack_ex(Tracer& t, const Instr& i) {
   ValuePtr seq = t.pop();
-  std::vector<ValuePtr> items = unpacked_items(seq);
+  std::vector<ValuePtr> items = unpacked_items(t, seq);
   const size_t before = i.arg & 0xff;
   const size_t after = (i.arg >> 8) & 0xff;
   if (items.size() < before + after) {
@@ -147,7 +148,7 @@ void op_unpack_ex(Tracer& t, const Instr& i) {
 
 void op_unpack_sequence(Tracer& t, const Instr& i) {
   ValuePtr seq = t.pop();
-  std::vector<ValuePtr> items = unpacked_items(seq);
+  std::vector<ValuePtr> items = unpacked_items(t, seq);
   if (static_cast<int>(items.size()) != i.arg) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into {}", items.size(), i.arg);
   }

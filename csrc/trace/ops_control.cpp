@@ -47,6 +47,8 @@ void op_get_iter(Tracer& t, const Instr&) {
     items = seq->items;
   } else if (seq->kind == VKind::kDict) {
     for (const auto& key : seq->keys) items.push_back(Value::constant(key));
+  } else if (seq->kind == VKind::kTensor) {
+    items = t.tensor_rows(seq)->items;
   } else if (seq->kind == VKind::kObject && seq->source >= 0 && t.module_children(seq, items)) {
     // ModuleList, Sequential, ParameterList: children read by source; ModuleDict: its keys.
   } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyRange_Check(seq->obj.ptr()) ||

@@ -121,7 +121,8 @@ bool splits(const std::string& text) {
 
 class Walk {
  public:
-  Walk(const std::unordered_set<Node*>& reshaped, SizeDeps& out) : reshaped_(reshaped), out_(out) {}
+  Walk(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, SizeDeps& out)
+      : reshaped_(reshaped), ranks_(ranks), out_(out) {}
 
   void push(Node* node, int dim) {
     if (seen_.insert({node, dim}).second) todo_.emplace_back(node, dim);
@@ -144,10 +145,11 @@ class Walk {
     }
     if (!dim) return push_arguments(split);
     push(input, *dim);
-    if (!unbind) {
-      for (size_t i = 1; i < split->args.size(); ++i) {
-        split->args[i].for_each_node([this](Node* arg) { push(arg, -1); });
-      }
+    if (unbind) return;
+    auto each = [this](Node* arg) { push(arg, -1); };  // split sizes, chunks, indices
+    for (size_t i = 1; i < split->args.size(); ++i) split->args[i].for_each_node(each);
+    for (const auto& [key, arg] : split->kwargs) {
+      if (key != "dim") arg.for_each_node(each);
     }
   }
 
@@ -192,7 +194,9 @@ class Walk {
       out_.all = true;  // not a size framejit asks for; be safe
       return;
     }
-    if (!shape_rule(node, dim)) push_arguments(node);
+    // The rules map dimensions by position, which holds only if no rank on the way depends on
+    // a size; otherwise every size of the arguments counts.
+    if (!rank_is_fixed(node) || !shape_rule(node, dim)) push_arguments(node);
   }
 
   // Pushes what size `dim` of `node` depends on by the rule of its op; false if no rule holds.
@@ -424,7 +428,48 @@ class Walk {
     return true;
   }
 
+  // Whether node's rank is the same for any sizes of the inputs: no squeeze() and no tensor
+  // reshaped in place among the nodes it is computed from. Memoised across walks; iterative,
+  // as chains can be thousands of nodes long.
+  bool rank_is_fixed(Node* node) {
+    std::vector<Node*> stack{node};
+    while (!stack.empty()) {
+      Node* top = stack.back();
+      if (ranks_.count(top)) {
+        stack.pop_back();
+        continue;
+      }
+      if (top->kind == NodeKind::kPlaceholder ||
+          base_name_in(top->target_text, {"squeeze", "squeeze_", "squeeze_copy"})) {
+        ranks_[top] = top->kind == NodeKind::kPlaceholder;
+        stack.pop_back();
+        continue;
+      }
+      bool fixed = true;
+      std::vector<Node*> pending;
+      auto check = [&](Node* arg) {
+        if (reshaped_.count(arg)) {
+          fixed = false;
+        } else if (auto found = ranks_.find(arg); found != ranks_.end()) {
+          fixed = fixed && found->second;
+        } else {
+          pending.push_back(arg);
+        }
+      };
+      for (const Arg& arg : top->args) arg.for_each_node(check);
+      for (const auto& kw : top->kwargs) kw.second.for_each_node(check);
+      if (fixed && !pending.empty()) {  // its arguments first
+        stack.insert(stack.end(), pending.begin(), pending.end());
+        continue;
+      }
+      ranks_[top] = fixed;
+      stack.pop_back();
+    }
+    return !reshaped_.count(node) && ranks_[node];
+  }
+
   const std::unordered_set<Node*>& reshaped_;
+  RankMemo& ranks_;
   SizeDeps& out_;
   std::set<std::pair<Node*, int>> seen_;
   std::vector<std::pair<Node*, int>> todo_;
@@ -433,15 +478,15 @@ class Walk {
 }  // namespace
 
 void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
-                   SizeDeps& out) {
-  Walk walk(reshaped, out);
+                   RankMemo& ranks, SizeDeps& out) {
+  Walk walk(reshaped, ranks, out);
   walk.push(node, dim);
   walk.run();
 }
 
 void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
-                          SizeDeps& out) {
-  Walk walk(reshaped, out);
+                          RankMemo& ranks, SizeDeps& out) {
+  Walk walk(reshaped, ranks, out);
   walk.push_split_count(split);
   walk.run();
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <set>
+#include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
@@ -21,14 +22,18 @@ struct SizeDeps {
   bool all = false;                      // unknown: every size of every input counts
 };
 
+// Whether a node's rank is the same for all input sizes, by node (filled by the walks).
+using RankMemo = std::unordered_map<Node*, bool>;
+
 // Adds to `out` what size `dim` of tensor node `node` depends on; dim -1: every size of a
 // tensor node, or the value of a number node (a size expression). Nodes in `reshaped` had
-// their shape changed in place after they were made: their sizes depend on anything.
+// their shape changed in place after they were made (x.t_(), an out= argument): their sizes
+// depend on anything.
 void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
-                   SizeDeps& out);
+                   RankMemo& ranks, SizeDeps& out);
 
 // Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on.
 void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
-                          SizeDeps& out);
+                          RankMemo& ranks, SizeDeps& out);
 
 }  // namespace framejit

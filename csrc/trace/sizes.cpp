@@ -137,13 +137,13 @@ ValuePtr Tracer::concretize(const ValuePtr& value) {
 
 void Tracer::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
   SizeDeps deps;
-  add_size_deps(tensor->node, dim, reshaped_, deps);
+  add_size_deps(tensor->node, dim, reshaped_, ranks_, deps);
   note_size_deps(deps, what);
 }
 
 void Tracer::note_split_count(Node* split, const std::string& what) {
   SizeDeps deps;
-  add_split_count_deps(split, reshaped_, deps);
+  add_split_count_deps(split, reshaped_, ranks_, deps);
   note_size_deps(deps, what);
 }
 

@@ -163,11 +163,17 @@ bool is_inplace_operator(const std::string& target_text) {
   return false;
 }
 
-bool all_tensors(py::handle sequence) {
+// Tensors, and perhaps some Nones (F.multi_head_attention_forward's weights when not asked for).
+bool tensors_or_none(py::handle sequence) {
+  bool any_tensor = false;
   for (py::handle item : sequence) {
-    if (!is_tensor(item.ptr())) return false;
+    if (is_tensor(item.ptr())) {
+      any_tensor = true;
+    } else if (!item.is_none()) {
+      return false;
+    }
   }
-  return true;
+  return any_tensor;
 }
 
 
@@ -480,6 +486,15 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   if (inplace && changes_shape_inplace(target_text)) {
     pin_sizes_of(args[0], target_text + " changed the shape sizes were read from");
   }
+  for (const auto& [key, value] : kwargs) {
+    if (key != "out") continue;
+    // out= tensors are resized to the result: like an in-place shape change.
+    std::vector<ValuePtr> outs = value->kind == VKind::kTensor ? std::vector<ValuePtr>{value}
+                                                               : value->items;
+    for (const auto& out : outs) {
+      if (out->kind == VKind::kTensor) pin_sizes_of(out, target_text + "(out=) resized its output");
+    }
+  }
   if (is_tensor(result.ptr())) {
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
@@ -489,10 +504,11 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     return Value::tensor(node, result, device);
   }
   const bool is_list = PyList_Check(result.ptr());
-  if ((PyTuple_Check(result.ptr()) || is_list) && py::len(result) > 0 &&
-      all_tensors(result)) {
+  if ((PyTuple_Check(result.ptr()) || is_list) && tensors_or_none(result)) {
     std::vector<TensorMeta> metas;
-    for (py::handle item : result) metas.push_back(meta_of(item, device));
+    for (py::handle item : result) {
+      metas.push_back(item.is_none() ? TensorMeta() : meta_of(item, device));
+    }
     Node* node = graph_.add_call(kind, is_method ? py::str(method) : py::reinterpret_borrow<py::object>(fn),
                                  target_text, infix, std::move(node_args), std::move(node_kwargs),
                                  result, std::move(metas), true, instr().line, name_hint);
@@ -511,6 +527,10 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
     py::object getitem = refs.operator_module.attr("getitem");
     for (size_t i = 0; i < py::len(result); ++i) {
       py::object element = result[py::int_(i)];
+      if (element.is_none()) {
+        items.push_back(Value::constant(element));
+        continue;
+      }
       Node* item = graph_.add_call(NodeKind::kCallFunction, getitem, "operator.getitem", "[]",
                                    {Arg::of(node), Arg::constant(py::int_(i))}, {}, element,
                                    {meta_of(element, device)}, false, instr().line, "getitem");
@@ -529,6 +549,15 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {} (not a tensor) on meta tensors", target_text,
                  Py_TYPE(result.ptr())->tp_name);
+}
+
+ValuePtr Tracer::tensor_rows(const ValuePtr& tensor) {
+  if (py::len(tensor->obj.attr("shape")) == 0) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "iterating over a 0-d tensor");  // eager raises TypeError
+  }
+  ValuePtr rows = record_call(NodeKind::kCallMethod, py::none(), "unbind", {tensor}, {}, "", "unbind");
+  FJ_CHECK(rows->kind == VKind::kTuple, "unbind gave {}", rows->describe());
+  return rows;
 }
 
 void Tracer::locate(Node* node) {

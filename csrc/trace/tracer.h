@@ -291,6 +291,9 @@ class Tracer {
                        const std::string& name_hint);
   // Records a call_function of an `operator` function ("add", "getitem") on the values.
   ValuePtr record_operator(const char* fn_name, const char* infix, std::vector<ValuePtr> args);
+  // The rows of a tensor being iterated or unpacked (`for x in xs`, `a, b = x`): a tuple of
+  // x.unbind(0)'s results, as Tensor.__iter__ does; how many there are guards x's first size.
+  ValuePtr tensor_rows(const ValuePtr& tensor);
   // The tensor attribute `name` (shape, dtype, device, T, ...).
   ValuePtr tensor_attr(const ValuePtr& tensor, const std::string& name);
   // The graph input standing for a float SymNum used in a torch call (one per value).
@@ -318,6 +321,7 @@ class Tracer {
   std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
+  RankMemo ranks_;
   void note_size_deps(SizeDeps& deps, const std::string& what);
   bool symbolic_sizes_ = false;
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.

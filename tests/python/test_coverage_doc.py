@@ -187,7 +187,8 @@ example("hooked(x)")(lambda x: HOOKED(x) + 1)
 example("x @ self.weight - self.offset")(lambda x: x @ NET.weight - NET.offset)
 example("self.bn(self.conv(x))", lambda: (torch.randn(2, 1, 4, 4),))(
     lambda x: NET.bn(NET.conv(x)))
-example("self.mha(x, x, x)", lambda: (torch.randn(2, 3, 4),))(lambda x: NET.mha(x, x, x)[0] + 1)
+example("self.mha(x, x, x, need_weights=False)", lambda: (torch.randn(2, 3, 4),))(
+    lambda x: NET.mha(x, x, x, need_weights=False)[0] + 1)
 
 
 @example("for layer in self.layers:")
@@ -353,6 +354,14 @@ example("x.T * x.numel() if x.dtype == torch.float32 else x")(
 example("torch.max(x, dim=0).values")(lambda x: torch.max(x, dim=0).values)
 example("x[..., None, ::2][idx]")(lambda x: x[..., None, ::2][torch.tensor([0, 2])])
 example("x.reshape(x.shape[:-1] + (2, -1))")(lambda x: x.reshape(x.shape[:-1] + (2, -1)))
+
+
+@example("for x_t in xs:")
+def rows_loop(xs):
+    h = torch.zeros(xs.size(1))
+    for x_t in xs:
+        h = torch.tanh(h + x_t)
+    return h
 example("x.view(x.size(0), -1)")(lambda x: x.view(x.size(0), -1) * 2)
 example("if x.size(0) > 2:")(lambda x: x * 2 if x.size(0) > 2 else x)
 example("x[x > 0]")(lambda x: x[x > 0] * 2)

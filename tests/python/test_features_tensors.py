@@ -1,5 +1,5 @@
 """Feature tests for tensors read as Python values and indexed: indexing with ints, slices, None,
-Ellipsis, bool and long tensors, slice assignment; x.shape/dtype/device/ndim/T/requires_grad,
+Ellipsis, bool and long tensors, slice assignment; iterating and unpacking a tensor; x.shape/dtype/device/ndim/T/requires_grad,
 size()/dim()/numel(), torch.Size arithmetic and indexing, view/reshape with computed shapes;
 and the context managers torch.no_grad / enable_grad / inference_mode / autocast. One construct
 per function, compiled and checked against eager with its exact graph count and the kinds of
@@ -71,6 +71,41 @@ def bool_mask_assignment(x):
 def index_put_with_long_tensor(x):
     y = x.clone()
     y[torch.tensor([0, 2])] += 5.0
+    return y
+
+
+# ---------------------------------------------------------------------------------------------
+# Iterating a tensor: its rows are x.unbind(0), as Tensor.__iter__ makes them
+# ---------------------------------------------------------------------------------------------
+
+def iterate_rows(x):
+    total = torch.zeros(x.size(1))
+    for row in x:
+        total = total + row * 2
+    return total
+
+
+def unpack_rows(x):
+    a, b, c = x
+    return a + b * c
+
+
+def enumerate_rows(x):
+    return [row * i for i, row in enumerate(x)]
+
+
+def zip_rows(x, y):
+    return [a - b for a, b in zip(x, y)]
+
+
+def list_and_sum_of_rows(x):
+    return torch.stack(list(x)[::-1]) + sum(x)
+
+
+def modify_rows_in_place(x):
+    y = x.clone()
+    for row in y:
+        row.mul_(2)
     return y
 
 
@@ -253,6 +288,12 @@ CASES = [
     (slice_assignment_tensor, (X,), 1, ONE),
     (bool_mask_assignment, (X,), 1, ONE),
     (index_put_with_long_tensor, (X,), 1, ONE),
+    (iterate_rows, (X,), 1, ONE),
+    (unpack_rows, (X,), 1, ONE),
+    (enumerate_rows, (X,), 1, ONE),
+    (zip_rows, (X, rand(3, 4, seed=5)), 1, ONE),
+    (list_and_sum_of_rows, (X,), 1, ONE),
+    (modify_rows_in_place, (X,), 1, ONE),
     (shape_attribute, (X,), 1, ONE),
     (dtype_attribute, (X,), 1, ONE),
     (is_floating_point, (X,), 1, ONE),

@@ -212,3 +212,50 @@ def test_run_time_float_that_decides_a_read_size_is_guarded():
         assert same(compiled(x, n), arange_after_break(x, n)), n
     # the first region once, the second once per value of n (the float is a graph input)
     assert counter.frame_count == 3
+
+
+def split_by_keyword(x):
+    return x * len(torch.split(x, split_size_or_sections=x.size(0), dim=1))
+
+
+def chunks_by_keyword(x):
+    return x * len(x.chunk(chunks=x.size(0), dim=1))
+
+
+def out_argument(a, b):
+    x = torch.empty(0)
+    torch.add(a, b, out=x)  # x is resized to a + b's shape
+    return x + 1 if x.size(0) > 3 else x - 1
+
+
+def squeezed_then_broadcast(x, w):
+    z = x.squeeze(0) + w  # z's rank depends on x's first size
+    return z + 1 if z.size(0) > 2 else z - 1
+
+
+def squeezed_matmul(x, w):
+    z = torch.matmul(w, x.squeeze(0))
+    return z + 1 if z.size(0) > 2 else z - 1
+
+
+def unsqueezed_in_place_then_broadcast(inp, w):
+    x = inp * 2
+    x.unsqueeze_(-1)
+    z = x + w
+    return z + 1 if z.size(0) > 3 else z - 1
+
+
+# Found in review: each of these reused a graph whose pinned size had changed.
+REVIEW_CASES = [
+    (split_by_keyword, [((2, 6),), ((3, 6),)], 2),
+    (chunks_by_keyword, [((2, 6),), ((3, 6),)], 2),
+    (out_argument, [((4,), (4,)), ((2,), (2,))], 2),
+    (squeezed_then_broadcast, [((1, 5), (1, 1)), ((3, 5), (1, 1))], 2),
+    (squeezed_matmul, [((1, 4, 5), (1, 3, 4)), ((3, 4, 5), (1, 3, 4))], 2),
+    (unsqueezed_in_place_then_broadcast, [((4,), (1, 5)), ((2,), (1, 5))], 2),
+]
+
+
+@pytest.mark.parametrize("fn, calls, graphs", REVIEW_CASES, ids=[c[0].__name__ for c in REVIEW_CASES])
+def test_sizes_behind_keywords_out_and_rank_changes_are_guarded(fn, calls, graphs):
+    assert count_graphs(fn, calls) == graphs
