@@ -136,6 +136,7 @@ PYBIND11_MODULE(_C, m) {
       },
       "How traced torch calls got their meta results: hits, misses, uncacheable (counts).");
   m.def("set_skip_rules", &set_skip_rules, py::arg("skip"), py::arg("allow"));
+  m.def("allow_code", &allow_code, py::arg("code"));
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),
         "Regions of a function's code object: kind, graph, guards, hits.");

@@ -13,6 +13,9 @@ Py_ssize_t g_extra_index = -1;
 std::unordered_set<CodeState*>* g_registry = new std::unordered_set<CodeState*>();  // leaked on purpose
 std::vector<std::string> g_skip_prefixes;
 std::vector<std::string> g_allow_prefixes;
+// Code objects traced even where their file is skipped: the forward of a torch.nn module
+// compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
+std::vector<py::object>* g_allow_codes = new std::vector<py::object>();  // never freed
 
 // Called by CPython when a code object dies (its co_extra slot is freed). GIL held.
 void free_code_state(void* ptr) {
@@ -76,6 +79,14 @@ void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allo
   reset_skip_decisions();
 }
 
+void allow_code(py::object code) {
+  for (const auto& known : *g_allow_codes) {
+    if (known.ptr() == code.ptr()) return;
+  }
+  g_allow_codes->push_back(std::move(code));
+  reset_skip_decisions();
+}
+
 bool should_skip_code(PyCodeObject* code) {
   constexpr int kNotTraced = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
                              CO_ITERABLE_COROUTINE;
@@ -90,6 +101,9 @@ bool should_skip_code(PyCodeObject* code) {
   if (filename.empty() || starts_with(filename, "<frozen")) return true;  // importlib & co.
   for (const auto& prefix : g_allow_prefixes) {
     if (starts_with(filename, prefix)) return false;
+  }
+  for (const auto& known : *g_allow_codes) {
+    if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
   }
   for (const auto& prefix : g_skip_prefixes) {
     if (starts_with(filename, prefix)) return true;

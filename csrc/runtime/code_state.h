@@ -120,6 +120,8 @@ void reset_skip_decisions();
 
 // Frame-skip rules: file-name prefixes never traced, and prefixes traced even so.
 void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allow);
+// One code object traced even if its file is skipped (held for the process's life).
+void allow_code(py::object code);
 bool should_skip_code(PyCodeObject* code);
 
 }  // namespace framejit

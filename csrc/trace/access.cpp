@@ -215,6 +215,71 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
                  base->describe());
 }
 
+ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
+                                   const KwValues& kwargs) {
+  const std::string which = py::str(fn.attr("__name__")).cast<std::string>();
+  const size_t most = which == "getattr" ? 3 : 2;
+  if (!kwargs.empty() || args.size() < 2 || args.size() > most) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "{}() with {} arguments", which, args.size());
+  }
+  const ValuePtr name_value = concretize(args[1]);
+  if (!name_value->is_const() || !PyUnicode_Check(name_value->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "{}() with a name not known at trace time", which);
+  }
+  const std::string name = name_value->obj.cast<std::string>();
+  const bool present = attribute_present(args[0], name);
+  if (which == "hasattr") return Value::constant(py::bool_(present));
+  if (present) return attr(args[0], name);
+  if (args.size() == 3) return args[2];
+  // The runtime makes the call and raises the AttributeError.
+  FJ_UNSUPPORTED(kUnsupportedValue, "getattr() of the missing attribute '{}'", name);
+}
+
+bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
+  switch (base->kind) {
+    case VKind::kConst:
+      return PyObject_HasAttrString(base->obj.ptr(), name.c_str()) == 1;
+    case VKind::kTensor:
+      // A tensor's attributes are its class's (attributes set on a tensor object are not
+      // traced).
+      if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), name.c_str()) == 1) return true;
+      FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on a tensor", name);
+    case VKind::kObject: {
+      if (base->method == kNewObject) {
+        // Attributes stored by the trace are not on the object yet.
+        try {
+          attr(base, name);
+          return true;
+        } catch (const Unsupported&) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
+        }
+      }
+      if (!base->method.empty()) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
+      }
+      const std::string presence =
+          PyRefs::get().support.attr("attribute_presence")(base->obj, name).cast<std::string>();
+      if (presence == "present") return true;
+      if (presence == "unknown") {
+        FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {} (a property, slot or __getattr__ "
+                       "could decide it)", name, base->describe());
+      }
+      if (base->source < 0) return false;  // read through unguarded constants (a torch function)
+      // Absent: guarded by the instance dicts not holding it (the type is guarded already).
+      py::object stores = PyRefs::get().support.attr("absent_attribute_stores")(base->obj);
+      for (py::handle store : stores) {
+        ValuePtr dict = load_source(sources_.attr(base->source, store.cast<std::string>()));
+        if (dict && dict->source >= 0 && PyDict_Check(dict->obj.ptr())) {
+          guards_.add_dict_contains(dict->source, py::str(name).ptr(), false);
+        }
+      }
+      return false;
+    }
+    default:  // containers the trace models: their type's attributes
+      return PyObject_HasAttrString(type_of(base).ptr(), name.c_str()) == 1;
+  }
+}
+
 ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   if (base->kind == VKind::kTensor) {
     return record_operator("getitem", "[]", {base, concretize(key_in)});

@@ -417,6 +417,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == "grad_mode_manager" && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
   }
+  if (kind == "module_listing") return module_listing(callable, args, kwargs);
+  if (kind == "attribute_builtin") return attribute_builtin(callable, args, kwargs);
   if (kind == "inference_mode") return inference_mode_call(args, kwargs);
   if (kind == "autocast") return autocast_call(args, kwargs);
   if (kind == "set_grad_enabled" && kwargs.empty()) return set_grad_enabled_call(args);

@@ -2,6 +2,11 @@
 // defaults, *args/**kwargs) and their closure cells.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
 #include "common/check.h"
 #include "runtime/code_state.h"
 #include "trace/pyrefs.h"
@@ -262,6 +267,132 @@ bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& o
     out.push_back(child);
   }
   return true;
+}
+
+namespace {
+
+// The parameters of nn.Module's tree generators, in order (self excluded).
+const std::vector<std::string>& listing_parameters(const std::string& name) {
+  static const std::map<std::string, std::vector<std::string>> kParameters = {
+      {"modules", {}},
+      {"children", {}},
+      {"named_children", {}},
+      {"named_modules", {"memo", "prefix", "remove_duplicate"}},
+      {"parameters", {"recurse"}},
+      {"buffers", {"recurse"}},
+      {"named_parameters", {"prefix", "recurse", "remove_duplicate"}},
+      {"named_buffers", {"prefix", "recurse", "remove_duplicate"}},
+  };
+  static const std::vector<std::string> kNone;
+  auto found = kParameters.find(name);
+  return found == kParameters.end() ? kNone : found->second;
+}
+
+std::string joined(const std::string& prefix, const std::string& name) {
+  return prefix.empty() ? name : prefix + "." + name;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, ValuePtr>> Tracer::module_dict_items(const ValuePtr& module,
+                                                                       const char* store) {
+  ValuePtr dict = load_source(sources_.attr(module->source, store));
+  if (!dict || dict->source < 0 || !PyDict_CheckExact(dict->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "{}.{} is not a dict", module->describe(), store);
+  }
+  py::tuple keys(py::list(dict->obj));  // in insertion order, as the module iterates them
+  guards_.add_dict_keys(dict->source, keys.ptr());
+  std::vector<std::pair<std::string, ValuePtr>> out;
+  for (py::handle key : keys) {
+    if (!PyUnicode_Check(key.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "{}.{} has a key that is not a str", module->describe(), store);
+    }
+    ValuePtr item = load_source(sources_.item(dict->source, py::reinterpret_borrow<py::object>(key)));
+    FJ_CHECK(item != nullptr, "{}[{}] unreadable", store, safe_repr(key));
+    out.emplace_back(key.cast<std::string>(), item);
+  }
+  return out;
+}
+
+ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args,
+                                const KwValues& kwargs) {
+  const std::string name = py::str(fn.attr("__name__")).cast<std::string>();
+  const ValuePtr self = args.empty() ? nullptr : args[0];
+  if (!self || self->kind != VKind::kObject || self->source < 0 || PyObject_IsInstance(self->obj.ptr(), PyRefs::get().module_type.ptr()) != 1) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "Module.{}() of a module without a source", name);
+  }
+  // The options, all constants: prefix, recurse, remove_duplicate (memo must stay None).
+  const std::vector<std::string>& parameters = listing_parameters(name);
+  std::map<std::string, py::object> options;
+  if (args.size() - 1 > parameters.size()) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "Module.{}() with {} arguments", name, args.size() - 1);
+  }
+  for (size_t i = 1; i < args.size(); ++i) options[parameters[i - 1]] = concretize(args[i])->obj;
+  for (const auto& [key, value] : kwargs) options[key] = concretize(value)->obj;
+  for (const auto& [key, value] : options) {
+    const bool known = std::find(parameters.begin(), parameters.end(), key) != parameters.end();
+    const bool constant = value && (value.is_none() || PyBool_Check(value.ptr()) ||
+                                    PyUnicode_Check(value.ptr()));
+    if (!known || !constant || (key == "memo" && !value.is_none())) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "Module.{}({}=...) is not traced", name, key);
+    }
+  }
+  auto option = [&](const char* key, bool fallback) {
+    auto found = options.find(key);
+    return found == options.end() ? fallback : PyObject_IsTrue(found->second.ptr()) == 1;
+  };
+  const std::string prefix =
+      options.count("prefix") ? py::str(options["prefix"]).cast<std::string>() : std::string();
+  const bool recurse = option("recurse", true);
+  const bool remove_duplicate = option("remove_duplicate", true);
+
+  // The module tree as named_modules() walks it: depth first, each module once (by identity).
+  std::vector<std::pair<std::string, ValuePtr>> modules;
+  std::set<PyObject*> seen;
+  std::function<void(const ValuePtr&, const std::string&)> walk = [&](const ValuePtr& module,
+                                                                     const std::string& at) {
+    if (remove_duplicate && !seen.insert(module->obj.ptr()).second) return;
+    modules.emplace_back(at, module);
+    for (const auto& [key, child] : module_dict_items(module, "_modules")) {
+      if (!child->obj.is_none()) walk(child, joined(at, key));
+    }
+  };
+  std::vector<ValuePtr> items;
+  auto named = [](const std::string& label, const ValuePtr& value) {
+    return Value::tuple({Value::constant(py::str(label)), value});
+  };
+  if (name == "children" || name == "named_children") {
+    std::set<PyObject*> children;
+    for (const auto& [key, child] : module_dict_items(self, "_modules")) {
+      if (child->obj.is_none() || !children.insert(child->obj.ptr()).second) continue;
+      items.push_back(name == "children" ? child : named(key, child));
+    }
+    return Value::iter(std::move(items));
+  }
+  if (name == "modules" || name == "named_modules") {
+    walk(self, prefix);
+    for (const auto& [at, module] : modules) {
+      items.push_back(name == "modules" ? module : named(at, module));
+    }
+    return Value::iter(std::move(items));
+  }
+  // parameters / buffers and their named forms: the members of each module of the tree.
+  if (recurse) {
+    walk(self, prefix);
+  } else {
+    modules.emplace_back(prefix, self);
+  }
+  const bool buffers = name.find("buffers") != std::string::npos;
+  const bool with_names = name.rfind("named_", 0) == 0;
+  std::set<PyObject*> members;
+  for (const auto& [at, module] : modules) {
+    for (const auto& [key, member] : module_dict_items(module, buffers ? "_buffers" : "_parameters")) {
+      if (member->obj.is_none() || members.count(member->obj.ptr())) continue;
+      if (remove_duplicate) members.insert(member->obj.ptr());
+      items.push_back(with_names ? named(joined(at, key), member) : member);
+    }
+  }
+  return Value::iter(std::move(items));
 }
 
 ValuePtr Tracer::zero_arg_super() {

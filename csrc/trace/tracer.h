@@ -185,6 +185,11 @@ class Tracer {
   void store_global(const std::string& name, ValuePtr value);
   ValuePtr attr(const ValuePtr& base, const std::string& name);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
+  // getattr(obj, name[, default]) and hasattr(obj, name) with a constant name (access.cpp): an
+  // attribute the object lacks is guarded absent from its instance dicts.
+  ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
+                             const KwValues& kwargs);
+  bool attribute_present(const ValuePtr& base, const std::string& name);
   // containers.cpp: list/tuple/dict methods answered or performed at trace time; nullptr when
   // not handled there. args[0] is self.
   ValuePtr container_method(const std::string& name, const std::vector<ValuePtr>& args,
@@ -266,6 +271,14 @@ class Tracer {
   // or the keys of a ModuleDict, in iteration order, with a guard on their number. False for
   // anything else.
   bool module_children(const ValuePtr& container, std::vector<ValuePtr>& out);
+  // Module.modules(), named_modules(), children(), parameters(), named_buffers(), ... of a
+  // module with a source: an iterator over the live tree, each member read by source, with the
+  // exact keys of every _modules (and _parameters / _buffers) dict on the way guarded.
+  ValuePtr module_listing(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // (key, value read by source) of module.<store> (_modules, _parameters, _buffers), an exact
+  // dict whose key list is guarded.
+  std::vector<std::pair<std::string, ValuePtr>> module_dict_items(const ValuePtr& module,
+                                                                  const char* store);
   // obj.name = value on an object that existed before the region: recorded, read back by later
   // loads in the trace, and replayed at the exit.
   void store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);

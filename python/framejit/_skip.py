@@ -41,13 +41,16 @@ def apply() -> None:
 
 
 def allow_file_of(fn) -> None:
-    """Trace fn's own file even if it lies under a skipped prefix (a package in site-packages)."""
+    """Trace fn's own file even if it lies under a skipped prefix (a package in site-packages);
+    for torch's own files (a torch.nn module compiled directly) only fn's code."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None:
         return
     filename = code.co_filename
-    if any(filename.startswith(p) for p in _SKIP) and not filename.startswith(
-            os.path.join(os.path.dirname(torch.__file__), "")):
+    if filename.startswith(os.path.join(os.path.dirname(torch.__file__), "")):
+        _C.allow_code(code)
+        return
+    if any(filename.startswith(p) for p in _SKIP):
         package_dir = os.path.join(os.path.dirname(filename), "")
         if package_dir not in _allowed:
             _allowed.append(package_dir)

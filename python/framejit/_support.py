@@ -82,6 +82,10 @@ def classify_callable(fn) -> str:
     if mode_kind:
         return mode_kind
     try:
+        if fn in _MODULE_LISTINGS:
+            return "module_listing"
+        if fn is builtins.getattr or fn is builtins.hasattr:
+            return "attribute_builtin"
         if fn in _NOT_OPS:
             return ""
         if fn in _QUERIES:
@@ -107,6 +111,15 @@ def classify_callable(fn) -> str:
     if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
         return "torch"
     return ""
+
+
+# nn.Module's generators over its tree (Module.modules, named_parameters, ...): answered at trace
+# time from the live module tree, read by source (Tracer::module_listing).
+_MODULE_LISTINGS = {
+    torch.nn.Module.modules, torch.nn.Module.named_modules, torch.nn.Module.children,
+    torch.nn.Module.named_children, torch.nn.Module.parameters, torch.nn.Module.named_parameters,
+    torch.nn.Module.buffers, torch.nn.Module.named_buffers,
+}
 
 
 def _is_private_python_helper(fn) -> bool:
@@ -279,6 +292,41 @@ def resolve_attribute(obj, name: str):
     if store is not None:
         return ("instance", store)
     return _class_level_kind(found, None)
+
+
+def attribute_presence(obj, name: str):
+    """Whether ``hasattr(obj, name)`` holds, decided without running user code: "present",
+    "absent", or "unknown" (a property or slot that may raise, a __getattr__ other than
+    nn.Module's that could make it up)."""
+    if isinstance(obj, type):
+        if _class_attribute(obj, name) is not _MISSING or _class_attribute(type(obj), name) is not _MISSING:
+            return "present"
+        return "unknown" if _class_attribute(type(obj), "__getattr__") is not _MISSING else "absent"
+    if _instance_store(obj, name) is not None:
+        return "present"
+    found = _class_attribute(type(obj), name)
+    if found is not _MISSING:
+        # A property, or a slot of a Python class, can raise AttributeError; a C type's own
+        # descriptors (a builtin function's __name__) cannot.
+        if isinstance(found, property) or (isinstance(found, types.MemberDescriptorType)
+                                           and type(obj).__flags__ & _HEAPTYPE):
+            return "unknown"
+        return "present"
+    hook = _class_attribute(type(obj), "__getattr__")
+    if hook is not _MISSING and hook is not torch.nn.Module.__getattr__:
+        return "unknown"
+    return "absent"
+
+
+def absent_attribute_stores(obj):
+    """For an attribute obj lacks (attribute_presence says "absent"): the instance dicts whose
+    not holding it the trace guards ("__dict__", and an nn.Module's "_parameters" / "_buffers" /
+    "_modules"). Without instance state the class decides, and the class is guarded."""
+    if not isinstance(getattr(obj, "__dict__", None), dict):
+        return []
+    if isinstance(obj, torch.nn.Module):
+        return ["__dict__", "_parameters", "_buffers", "_modules"]
+    return ["__dict__"]
 
 
 def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: str):

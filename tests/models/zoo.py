@@ -139,6 +139,53 @@ class EmbeddingClassifier(nn.Module):
         return (torch.randint(0, 50, (batch, 7)),)
 
 
+class TinyViT(nn.Module):
+    """Patch embedding (a strided conv), a class token, learned positions, one
+    nn.TransformerEncoderLayer (torch's own module, traced through) and a linear head."""
+
+    def __init__(self, image=16, patch=4, dim=32, heads=4, classes=10):
+        super().__init__()
+        self.patches = nn.Conv2d(3, dim, patch, stride=patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.positions = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+        self.encoder = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.1,
+                                                  batch_first=True, norm_first=True)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, images):
+        tokens = self.patches(images).flatten(2).transpose(1, 2)
+        cls = self.cls_token.expand(tokens.shape[0], -1, -1)
+        tokens = torch.cat((cls, tokens), dim=1) + self.positions
+        return self.head(self.encoder(tokens)[:, 0])
+
+    @staticmethod
+    def example(batch):
+        return (torch.randn(batch, 3, 16, 16),)
+
+
+class GRUSequence(nn.Module):
+    """A GRU cell stepped over a sequence by iterating the tensor (`for x_t in xs`), the outputs
+    collected in a list and stacked."""
+
+    def __init__(self, d_in=6, hidden=10):
+        super().__init__()
+        self.hidden = hidden
+        self.cell = nn.GRUCell(d_in, hidden)
+        self.out = nn.Linear(hidden, 3)
+
+    def forward(self, xs):
+        h = torch.zeros(xs.size(1), self.hidden)
+        outputs = []
+        for x_t in xs:
+            h = self.cell(x_t, h)
+            outputs.append(self.out(h))
+        return torch.stack(outputs)
+
+    @staticmethod
+    def example(batch):
+        return (torch.randn(4, batch, 6),)
+
+
 ZOO = {
     "mlp": MLP,
     "cnn": SmallCNN,
@@ -146,6 +193,8 @@ ZOO = {
     "gpt_block": GPTBlock,
     "lstm_loop": LSTMCellLoop,
     "embedding_classifier": EmbeddingClassifier,
+    "vit_encoder": TinyViT,
+    "gru_sequence": GRUSequence,
 }
 
 

@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import math
 import re
+import types
 from pathlib import Path
 
 import pytest
@@ -244,6 +245,13 @@ example("math.sqrt(x.shape[-1])")(lambda x: x / math.sqrt(x.shape[-1]))
 example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
 example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))
+
+
+@example("setattr(obj, \"n\", 1)")
+def setattr_builtin(x):
+    holder = types.SimpleNamespace()
+    setattr(holder, "n", 1)
+    return x * holder.n
 example("ks.index(3)")(lambda x: x * [1, 2, 3].index(3))
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import framejit
 from feature_checks import check_module, rand
-from framejit.testing import same
+from framejit.testing import CompileCounter, same
 
 ONE = {"return"}  # one region that runs to the return: no break
 
@@ -213,6 +213,20 @@ class NamedBuffersIterated(nn.Module):
         return x
 
 
+class ModulesHooksCheck(nn.Module):
+    """The fast-path test of nn.TransformerEncoderLayer: a generator over self.modules()."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+
+    def forward(self, x):
+        if any(len(getattr(m, "_forward_hooks", {})) for m in self.modules()):
+            return x
+        names = [name for name, _ in self.named_modules()]
+        return self.inner(x) * len(names)
+
+
 class PlainAttributes(nn.Module):
     def __init__(self):
         super().__init__()
@@ -330,11 +344,12 @@ CASES = [
     ("parameterlist_for", ParameterListLoop, (X,), 1, ONE),
     ("direct_parameter", DirectParameter, (X,), 1, ONE),
     ("registered_buffer", RegisteredBuffer, (X,), 1, ONE),
-    # parameters() / named_buffers() are generators: the runtime iterates them
-    ("parameters_iterated", ParametersIterated, (X,), 1, {"call", "iterate", "return"}),
-    ("named_buffers_iterated", NamedBuffersIterated, (X,), 2, {"call", "iterate", "return"}),
-    # the getattr(F, name) call is performed by the runtime
-    ("plain_attributes", PlainAttributes, (X,), 1, {"call", "return"}),
+    # parameters() / named_buffers(): the live module tree, each member read by source
+    ("parameters_iterated", ParametersIterated, (X,), 1, ONE),
+    ("named_buffers_iterated", NamedBuffersIterated, (X,), 1, ONE),
+    ("modules_hooks_check", ModulesHooksCheck, (X,), 1, ONE),
+    # getattr(F, self.act): the function read from torch.nn.functional
+    ("plain_attributes", PlainAttributes, (X,), 1, ONE),
     ("training_branch_train", lambda: TrainingBranch().train(), (X,), 1, ONE),
     ("training_branch_eval", lambda: TrainingBranch().eval(), (X,), 1, ONE),
     ("helper_method", HelperMethod, (X,), 1, ONE),
@@ -370,10 +385,10 @@ def test_module_construct(make, args, graphs, exits):
     (lambda: nn.Linear(4, 3), (X,)),
     (lambda: nn.BatchNorm2d(3).train(), (IMG,)),
 ])
-def test_bare_builtin_module_runs_uncompiled(make, args):
+def test_bare_builtin_module_is_compiled(make, args):
     # Compiling a torch.nn layer itself (not a user module holding it): its forward lives in
-    # torch, which is never hooked, so it runs eagerly and makes no graph.
-    check_module(make, *args, graphs=0, exits=set())
+    # torch, which is never hooked, but that one code object is allowed, so it makes a graph.
+    check_module(make, *args, graphs=1, exits=ONE)
 
 
 def test_dropout_train_draws_like_eager():
@@ -411,3 +426,23 @@ def test_a_property_subclass_wins_over_a_parameter_of_the_same_name():
     compiled = framejit.compile(model, backend="eager")
     x = torch.randn(2)
     assert same(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("grad", [True, False], ids=["grad", "no_grad"])
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+def test_torch_nn_module_compiled_directly_is_traced(training, grad):
+    """nn.TransformerEncoderLayer's own forward lives in torch's files, which the hook skips;
+    compiling the module allows that code. Its fast-path checks (a generator over
+    self.modules(), getattr with defaults) trace, so eval under no_grad is one fast-path op."""
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True).train(training)
+    counter = CompileCounter()
+    compiled = framejit.compile(layer, backend=counter)
+    for batch in (2, 3):
+        x = rand(batch, 5, 16, seed=batch)
+        with torch.set_grad_enabled(grad):
+            assert same(compiled(x), layer(x), rtol=1e-4, atol=1e-5)
+    assert counter.frame_count == 1
+    targets = [n.target for n in counter.graphs[0].graph.nodes if n.op == "call_function"]
+    fast = any(getattr(t, "__name__", "") == "_transformer_encoder_layer_fwd" for t in targets)
+    assert fast == (not training and not grad)
