@@ -61,6 +61,15 @@ void GuardSet::add_dict_keys(int slot, PyObject* keys) {
   sorted_ = false;
 }
 
+void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present) {
+  py::tuple expected = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(type)), py::handle(name),
+                                      py::bool_(present));
+  Guard guard{GuardKind::kTypeVersion, slot, expected};
+  guard.n = type->tp_version_tag;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
 void GuardSet::sort() const {
   by_slot_ = guards_;
   std::stable_sort(by_slot_.begin(), by_slot_.end(),
@@ -93,6 +102,20 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
       const int has = PyDict_Contains(value, expected);
       if (has < 0) PyErr_Clear();
       return has == guard.n;
+    }
+    case GuardKind::kTypeVersion: {
+      if (value != PyTuple_GET_ITEM(expected, 0)) return false;
+      auto* type = reinterpret_cast<PyTypeObject*>(value);
+      if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
+          type->tp_version_tag == static_cast<uint64_t>(guard.n)) {
+        return true;
+      }
+      // Changed since (or patched and restored): look the name up again. The lookup also
+      // assigns a fresh tag, which the fast path compares from now on.
+      PyObject* found = _PyType_Lookup(type, PyTuple_GET_ITEM(expected, 1));  // Borrowed
+      if ((found != nullptr) != (PyTuple_GET_ITEM(expected, 2) == Py_True)) return false;
+      if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) guard.n = type->tp_version_tag;
+      return true;
     }
     case GuardKind::kDictKeys: {
       if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
@@ -153,6 +176,10 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
                          guard.n ? "True" : "False");
     case GuardKind::kDictKeys:
       return fmt::format("DICT_KEYS list({}) == {}", src, safe_repr(guard.expected));
+    case GuardKind::kTypeVersion:
+      return fmt::format("CLASS_ATTRIBUTE {} is {} and {} {} found on it", src,
+                         safe_repr(guard.expected[py::int_(0)]), safe_repr(guard.expected[py::int_(1)]),
+                         guard.expected[py::int_(2)].ptr() == Py_True ? "is" : "is not");
   }
   return "?";
 }

@@ -20,13 +20,19 @@ enum class GuardKind : uint8_t {
   kLen,           // len(value) == n, value a tuple, list or dict (the type is guarded apart)
   kDictContains,  // (key in value) == flag, value a dict
   kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict
+  kTypeVersion,   // value is the class in expected = (class, name, present) and looking name
+                  // up on it finds something iff present. Fast path: the class's attribute
+                  // version tag is still n (nothing of it or a base was set or deleted since);
+                  // otherwise the lookup runs and n takes the new tag (torch.fx and others patch
+                  // and restore nn.Module attributes, which changes the tags of all modules)
 };
 
 struct Guard {
   GuardKind kind;
   int slot;
   py::object expected;  // kType: the type; kId/kConstEq: the object; kDictContains: the key
-  int64_t n = 0;        // kLen: length; kDictContains: 1 if the key must be present
+  mutable int64_t n = 0;  // kLen: length; kDictContains: 1 if the key must be present;
+                         // kTypeVersion: the tag last seen
   int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
 };
 
@@ -42,6 +48,9 @@ class GuardSet {
   void add_dict_contains(int slot, PyObject* key, bool present);
   // Borrowed: keys, a tuple.
   void add_dict_keys(int slot, PyObject* keys);
+  // Borrowed: type, name. Whether looking `name` up on `type` (its MRO) finds something stays
+  // `present`; the type's version tag must be assigned (nonzero).
+  void add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present);
 
   // Reads every source into `slots` and checks each guard right after its source is read, so a
   // type guard on a container runs before anything is read out of it. Hot path: raw CPython

@@ -272,8 +272,8 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     if (ctx.any_sizes && tracer.sizes_read()) {
       sizes_note = fmt::format("sizes specialised: the trace read {}\n", tracer.size_read());
     } else if (ctx.any_sizes && !tracer.pinned_dims().empty()) {
-      sizes_note = fmt::format("sizes specialised where shown (`with size(d) = n`): the trace read {}\n",
-                               tracer.dims_read());
+      sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
+      for (const std::string& read : tracer.dim_reads()) sizes_note += "  " + read + "\n";
     }
     log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
                                            code_location(code, line_at(code, bytecode, pc)),

@@ -215,6 +215,27 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
                  base->describe());
 }
 
+bool Tracer::dict_by_source(const ValuePtr& dict,
+                            std::vector<std::pair<py::object, ValuePtr>>& out) {
+  if (dict->kind != VKind::kObject || dict->source < 0 || !PyDict_CheckExact(dict->obj.ptr())) {
+    return false;
+  }
+  py::tuple keys(py::list(dict->obj));  // in insertion order
+  for (py::handle key : keys) {
+    PyObject* k = key.ptr();  // keys a guard can compare: str, int, bool, None
+    if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBool_Check(k) && k != Py_None) {
+      return false;
+    }
+  }
+  guards_.add_dict_keys(dict->source, keys.ptr());
+  for (py::handle key : keys) {
+    ValuePtr item = load_source(sources_.item(dict->source, py::reinterpret_borrow<py::object>(key)));
+    FJ_CHECK(item != nullptr, "item {} of {} unreadable", safe_repr(key), dict->describe());
+    out.emplace_back(py::reinterpret_borrow<py::object>(key), item);
+  }
+  return true;
+}
+
 ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                                    const KwValues& kwargs) {
   const std::string which = py::str(fn.attr("__name__")).cast<std::string>();
@@ -233,6 +254,32 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
   if (args.size() == 3) return args[2];
   // The runtime makes the call and raises the AttributeError.
   FJ_UNSUPPORTED(kUnsupportedValue, "getattr() of the missing attribute '{}'", name);
+}
+
+namespace {
+
+// A class's attribute version tag, assigned first if it has none (0: it cannot get one, as
+// when CPython's tags ran out). CPython resets the tag whenever an attribute of the class or
+// of a base is set or deleted (PyType_Modified).
+unsigned int type_version(PyTypeObject* type) {
+  if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
+    static PyObject* probe = PyUnicode_InternFromString("__framejit_version_probe__");  // immortal
+    _PyType_Lookup(type, probe);  // Borrowed result, unused: the lookup assigns the tag
+  }
+  return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
+}
+
+}  // namespace
+
+void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present) {
+  // A class read by source: the class itself; an instance: its __class__.
+  ValuePtr cls = PyType_Check(base->obj.ptr()) ? base : load_source(sources_.attr(base->source, "__class__"));
+  if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr()) ||
+      type_version(reinterpret_cast<PyTypeObject*>(cls->obj.ptr())) == 0) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "the attributes of {}'s class cannot be guarded", base->describe());
+  }
+  guards_.add_type_version(cls->source, reinterpret_cast<PyTypeObject*>(cls->obj.ptr()),
+                           py::str(name).ptr(), present);
 }
 
 bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
@@ -254,26 +301,35 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
           FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
         }
       }
-      if (!base->method.empty()) {
+      if (!base->method.empty() || base->bound_self) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
-      const std::string presence =
-          PyRefs::get().support.attr("attribute_presence")(base->obj, name).cast<std::string>();
-      if (presence == "present") return true;
-      if (presence == "unknown") {
+      for (const auto& write : attr_writes_) {  // stored earlier in this region
+        if (write.target == base && write.name == name) return true;
+      }
+      py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
+      const std::string verdict = how[0].cast<std::string>();
+      if (verdict == "unknown") {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {} (a property, slot or __getattr__ "
                        "could decide it)", name, base->describe());
       }
-      if (base->source < 0) return false;  // read through unguarded constants (a torch function)
-      // Absent: guarded by the instance dicts not holding it (the type is guarded already).
-      py::object stores = PyRefs::get().support.attr("absent_attribute_stores")(base->obj);
+      const bool present = verdict == "present";
+      if (base->source < 0) return present;  // read through unguarded constants (torch.nn.functional)
+      // Guarded: the instance dicts hold it (or not), and the class is unchanged.
+      py::object stores = present ? py::object(py::make_tuple(how[1]))
+                                  : PyRefs::get().support.attr("absent_attribute_stores")(base->obj);
       for (py::handle store : stores) {
+        if (store.is_none()) continue;  // present on the class
         ValuePtr dict = load_source(sources_.attr(base->source, store.cast<std::string>()));
         if (dict && dict->source >= 0 && PyDict_Check(dict->obj.ptr())) {
-          guards_.add_dict_contains(dict->source, py::str(name).ptr(), false);
+          guards_.add_dict_contains(dict->source, py::str(name).ptr(), present);
         }
       }
-      return false;
+      // The class must keep (or keep lacking) it too, where the instance dicts do not decide.
+      if (!PyModule_Check(base->obj.ptr()) && how[1].is_none()) {
+        guard_class_attribute(base, name, present);
+      }
+      return present;
     }
     default:  // containers the trace models: their type's attributes
       return PyObject_HasAttrString(type_of(base).ptr(), name.c_str()) == 1;

@@ -81,7 +81,9 @@ bool is_python_constant(py::handle value) {
   }
   if (Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr()) ||
       Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.device_type.ptr()) ||
-      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.size_type.ptr())) {
+      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.size_type.ptr()) ||
+      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.finfo_type.ptr()) ||
+      Py_TYPE(obj) == reinterpret_cast<PyTypeObject*>(refs.iinfo_type.ptr())) {
     return true;
   }
   if (PyTuple_CheckExact(obj)) {
@@ -212,8 +214,10 @@ class IteratorsConsumed {
 // zip(x, y), list(x), sum(x)). Not len() (a size), reversed() (Tensor.__reversed__ flips),
 // or the ones that compare rows (min, max, sorted, set, dict keys).
 bool iterates_rows(const std::string& name, const ValuePtr& arg, const std::vector<ValuePtr>& args) {
-  if (name == "enumerate") return arg.get() == args[0].get();
-  return name == "zip" || name == "list" || name == "tuple" || name == "sum";
+  if (name == "zip") return true;
+  // enumerate(x, start), sum(x, start), list(x), tuple(x): the first argument only
+  return (name == "enumerate" || name == "list" || name == "tuple" || name == "sum") &&
+         arg.get() == args[0].get();
 }
 
 bool consumes_iterables(const std::string& name) {
@@ -419,6 +423,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == "module_listing") return module_listing(callable, args, kwargs);
   if (kind == "attribute_builtin") return attribute_builtin(callable, args, kwargs);
+  if (kind == "next_builtin" && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
+      args[0]->kind == VKind::kIter) {
+    // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())).
+    ValuePtr it = args[0];
+    if (it->index < it->items.size()) return it->items[it->index++];
+    if (args.size() == 2) return args[1];
+    FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
+  }
   if (kind == "inference_mode") return inference_mode_call(args, kwargs);
   if (kind == "autocast") return autocast_call(args, kwargs);
   if (kind == "set_grad_enabled" && kwargs.empty()) return set_grad_enabled_call(args);

@@ -297,18 +297,15 @@ std::string joined(const std::string& prefix, const std::string& name) {
 std::vector<std::pair<std::string, ValuePtr>> Tracer::module_dict_items(const ValuePtr& module,
                                                                        const char* store) {
   ValuePtr dict = load_source(sources_.attr(module->source, store));
-  if (!dict || dict->source < 0 || !PyDict_CheckExact(dict->obj.ptr())) {
+  std::vector<std::pair<py::object, ValuePtr>> entries;
+  if (!dict || !dict_by_source(dict, entries)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "{}.{} is not a dict", module->describe(), store);
   }
-  py::tuple keys(py::list(dict->obj));  // in insertion order, as the module iterates them
-  guards_.add_dict_keys(dict->source, keys.ptr());
   std::vector<std::pair<std::string, ValuePtr>> out;
-  for (py::handle key : keys) {
+  for (auto& [key, item] : entries) {
     if (!PyUnicode_Check(key.ptr())) {
       FJ_UNSUPPORTED(kUnsupportedValue, "{}.{} has a key that is not a str", module->describe(), store);
     }
-    ValuePtr item = load_source(sources_.item(dict->source, py::reinterpret_borrow<py::object>(key)));
-    FJ_CHECK(item != nullptr, "{}[{}] unreadable", store, safe_repr(key));
     out.emplace_back(key.cast<std::string>(), item);
   }
   return out;
@@ -351,7 +348,12 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
   std::set<PyObject*> seen;
   std::function<void(const ValuePtr&, const std::string&)> walk = [&](const ValuePtr& module,
                                                                      const std::string& at) {
-    if (remove_duplicate && !seen.insert(module->obj.ptr()).second) return;
+    if (remove_duplicate) {
+      // Which modules are the same object decides the listing: their identity is guarded.
+      PyObject* real = live_value(module->source);
+      guards_.add_id(module->source, real);
+      if (!seen.insert(real).second) return;
+    }
     modules.emplace_back(at, module);
     for (const auto& [key, child] : module_dict_items(module, "_modules")) {
       if (!child->obj.is_none()) walk(child, joined(at, key));
@@ -364,7 +366,10 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
   if (name == "children" || name == "named_children") {
     std::set<PyObject*> children;
     for (const auto& [key, child] : module_dict_items(self, "_modules")) {
-      if (child->obj.is_none() || !children.insert(child->obj.ptr()).second) continue;
+      if (child->obj.is_none()) continue;
+      PyObject* real = live_value(child->source);
+      guards_.add_id(child->source, real);
+      if (!children.insert(real).second) continue;
       items.push_back(name == "children" ? child : named(key, child));
     }
     return Value::iter(std::move(items));
@@ -387,8 +392,12 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
   std::set<PyObject*> members;
   for (const auto& [at, module] : modules) {
     for (const auto& [key, member] : module_dict_items(module, buffers ? "_buffers" : "_parameters")) {
-      if (member->obj.is_none() || members.count(member->obj.ptr())) continue;
-      if (remove_duplicate) members.insert(member->obj.ptr());
+      if (member->obj.is_none()) continue;
+      if (remove_duplicate) {  // tensors' values hold meta tensors: compare the real ones
+        PyObject* real = live_value(member->source);
+        guards_.add_id(member->source, real);
+        if (!members.insert(real).second) continue;
+      }
       items.push_back(with_names ? named(joined(at, key), member) : member);
     }
   }

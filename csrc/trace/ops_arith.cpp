@@ -43,6 +43,58 @@ ValuePtr fold(const char* fn_name, const std::vector<ValuePtr>& args) {
   }
 }
 
+// The items of a tuple or list operand: a modelled one, or a constant.
+bool sequence_operand(const ValuePtr& v, VKind kind, std::vector<ValuePtr>& out) {
+  if (v->kind == kind) {
+    out = v->items;
+    return true;
+  }
+  const bool constant = v->is_const() && (kind == VKind::kTuple ? PyTuple_CheckExact(v->obj.ptr())
+                                                                : PyList_CheckExact(v->obj.ptr()));
+  if (!constant) return false;
+  for (py::handle item : v->obj) out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+  return true;
+}
+
+// `a + b` / `a += b` on tuples or lists holding traced values (tensors): the joined sequence.
+// `l += [x]` extends a list made in this region in place (one that existed before is the
+// caller's: that is a side effect, not traced). nullptr when the operands are not such.
+ValuePtr join_sequences(const OperatorInfo& op, const std::vector<ValuePtr>& args) {
+  const std::string fn = op.fn;
+  if ((fn != "add" && fn != "iadd") || args.size() != 2) return nullptr;
+  const ValuePtr& lhs = args[0];
+  std::vector<ValuePtr> left;
+  std::vector<ValuePtr> right;
+  const VKind kind = lhs->is_const() && PyTuple_CheckExact(lhs->obj.ptr()) ? VKind::kTuple
+                     : lhs->is_const() && PyList_CheckExact(lhs->obj.ptr()) ? VKind::kList
+                                                                            : lhs->kind;
+  if (kind != VKind::kTuple && kind != VKind::kList) return nullptr;
+  if (!sequence_operand(lhs, kind, left) || !sequence_operand(args[1], kind, right)) return nullptr;
+  if (kind == VKind::kTuple) {
+    if (lhs->kind == VKind::kTuple && lhs->pytype &&
+        lhs->pytype.ptr() != reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+      return nullptr;  // a namedtuple or torch.Size: `+` is not a plain join
+    }
+    left.insert(left.end(), right.begin(), right.end());
+    return Value::tuple(std::move(left));
+  }
+  if (lhs->kind != VKind::kList) {  // a constant list: a new list either way
+    left.insert(left.end(), right.begin(), right.end());
+    return Value::list(std::move(left));
+  }
+  if (fn == "iadd") {
+    if (lhs->source >= 0) {
+      FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
+                     lhs->describe());
+    }
+    lhs->items.insert(lhs->items.end(), right.begin(), right.end());
+    return lhs;
+  }
+  std::vector<ValuePtr> items = lhs->items;
+  items.insert(items.end(), right.begin(), right.end());
+  return Value::list(std::move(items));
+}
+
 ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   bool tensor = false;
   for (const auto& a : args) tensor = tensor || a->is_tensor();
@@ -53,6 +105,10 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
                          infix != "<=" && infix != ">=" && infix != "!=";
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
+  }
+  if (!(args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree()) &&
+      !(args[0]->is_sequence() && args[0]->holds_size_expr())) {
+    if (ValuePtr joined = join_sequences(op, args)) return joined;
   }
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());

@@ -114,10 +114,13 @@ void op_dict_update(Tracer& t, const Instr& i) {
   ValuePtr dict = t.peek(static_cast<size_t>(i.arg));
   check_mutable(dict);
   ValuePtr update = t.pop();
-  if (update->kind != VKind::kDict) {
+  std::vector<std::pair<py::object, ValuePtr>> entries;
+  if (update->kind == VKind::kDict) {
+    for (size_t k = 0; k < update->keys.size(); ++k) entries.emplace_back(update->keys[k], update->items[k]);
+  } else if (!t.dict_by_source(update, entries)) {  // f(**kwargs) with the caller's kwargs dict
     FJ_UNSUPPORTED(kUnsupportedValue, "dict update with {}", update->describe());
   }
-  for (size_t k = 0; k < update->keys.size(); ++k) set_key(dict, update->keys[k], update->items[k]);
+  for (auto& [key, value] : entries) set_key(dict, key, value);
 }
 
 // The items of a sequence being unpacked (UNPACK_SEQUENCE, UNPACK_EX).

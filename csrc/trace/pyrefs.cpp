@@ -31,6 +31,8 @@ void PyRefs::init(py::object support_module) {
   r.torch = py::module_::import("torch");
   r.tensor_type = r.torch.attr("Tensor");
   r.size_type = r.torch.attr("Size");
+  r.finfo_type = r.torch.attr("finfo");
+  r.iinfo_type = r.torch.attr("iinfo");
   r.device_type = r.torch.attr("device");
   r.dtype_type = r.torch.attr("dtype");
   r.meta_device = r.device_type("meta");

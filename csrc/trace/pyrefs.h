@@ -13,6 +13,8 @@ struct PyRefs {
   py::object torch;
   py::object tensor_type;      // torch.Tensor
   py::object size_type;        // torch.Size
+  py::object finfo_type;       // torch.finfo, torch.iinfo: immutable, constants of the trace
+  py::object iinfo_type;
   py::object device_type;      // torch.device
   py::object dtype_type;       // torch.dtype
   py::object meta_device;      // torch.device("meta")

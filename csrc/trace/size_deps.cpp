@@ -219,6 +219,10 @@ class Walk {
       return push(weight, 0), true;
     }
     if (base_name_in(text, {"matmul", "mm", "bmm"})) return matmul_rule(node, dim);
+    if (base_name_in(text, {"sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "all",
+                            "any", "prod"})) {
+      return reduction_rule(node, dim);
+    }
     if (base_name_in(text, {"transpose", "swapaxes", "swapdims", "t"})) {
       Node* input = tensor_arg(arg_at(node, 0, "input"));
       if (!input || rank_of(input) != rank) return false;
@@ -316,6 +320,37 @@ class Walk {
     if (found.empty()) return false;
     for (const auto& [tensor, aligned] : found) push(tensor, aligned);
     return true;
+  }
+
+  // A reduction over constant dims (`x.mean(-1, keepdim=True)`): the kept dimensions are the
+  // input's; a reduced one kept as size 1 depends on nothing.
+  bool reduction_rule(Node* node, int dim) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    const Arg* dims = arg_at(node, 1, "dim");
+    if (!input || !dims) return false;
+    const int input_rank = rank_of(input);
+    std::vector<Arg> listed;
+    if (!sequence_items(*dims, listed)) listed = {*dims};
+    std::set<int> reduced;
+    for (const Arg& d : listed) {
+      std::optional<int> at = dim_arg(&d, input_rank, -1);
+      if (!at || *at < 0) return false;
+      reduced.insert(*at);
+    }
+    const Arg* keep = arg_at(node, 2, "keepdim");
+    if (keep && (keep->kind != Arg::Kind::kConst || !PyBool_Check(keep->value.ptr()))) return false;
+    const bool keepdim = keep && keep->value.ptr() == Py_True;
+    if (keepdim) {
+      if (rank_of(node) != input_rank) return false;
+      if (!reduced.count(dim)) push(input, dim);
+      return true;
+    }
+    if (rank_of(node) != input_rank - static_cast<int>(reduced.size())) return false;
+    for (int d = 0, kept = 0; d < input_rank; ++d) {
+      if (reduced.count(d)) continue;
+      if (kept++ == dim) return push(input, d), true;
+    }
+    return false;
   }
 
   bool matmul_rule(Node* node, int dim) {

@@ -7,6 +7,8 @@
 //
 // Only regions whose backend runs any size get symbolic sizes (CompileContext::any_sizes): for
 // the others every size is guarded anyway, and constants make the simpler graph.
+#include <fmt/format.h>
+
 #include <cstring>
 #include <functional>
 
@@ -90,6 +92,16 @@ ValuePtr Tracer::tensor_shape(const ValuePtr& tensor, const std::string& how) {
   return Value::tuple(std::move(items), PyRefs::get().size_type);
 }
 
+std::string Tracer::here() const {
+  const char* file = PyUnicode_AsUTF8(frames_.back()->code->co_filename);
+  if (file == nullptr) {
+    PyErr_Clear();
+    file = "?";
+  }
+  const char* slash = std::strrchr(file, '/');
+  return fmt::format("{}:{}", slash ? slash + 1 : file, current_ ? current_->line : -1);
+}
+
 Node* Tracer::size_node(const ValuePtr& value) {
   FJ_CHECK(value->is_size_expr(), "size_node of {}", value->describe());
   auto found = size_nodes_.find(value.get());
@@ -165,13 +177,12 @@ void Tracer::note_size_deps(SizeDeps& deps, const std::string& what) {
       deps.all = true;
       break;
     }
-    pinned_dims_[slot->second].insert(dim);
+    if (pinned_dims_[slot->second].insert(dim).second) {
+      dim_reads_.push_back(fmt::format("{}.size({}): {} at {}", sources_.at(slot->second).text, dim,
+                                       what, here()));
+    }
   }
-  if (deps.all) {
-    note_size_read(what);
-  } else if (!deps.dims.empty() && dims_read_.empty()) {
-    dims_read_ = what;
-  }
+  if (deps.all) note_size_read(what + " at " + here());
 }
 
 void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {

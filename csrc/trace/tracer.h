@@ -153,9 +153,12 @@ class Tracer {
   }
   // How many tensors the split / chunk / unbind node `split` returns depends on sizes.
   void note_split_count(Node* split, const std::string& what);
-  // The input dimensions pinned so far, by source slot, and the first read that pinned one.
+  // The input dimensions pinned so far, by source slot, and for each the read that pinned it
+  // ("L['x'].size(1): a size used as a Python value at model.py:12"), for the guards log.
   const std::map<int, std::set<int>>& pinned_dims() const { return pinned_dims_; }
-  const std::string& dims_read() const { return dims_read_; }
+  const std::vector<std::string>& dim_reads() const { return dim_reads_; }
+  // "model.py:12": where the instruction being traced is.
+  std::string here() const;
   GuardSet& guards() { return guards_; }
   Graph& graph() { return graph_; }
   const std::vector<Rebuild>& inputs() const { return inputs_; }
@@ -185,11 +188,18 @@ class Tracer {
   void store_global(const std::string& name, ValuePtr value);
   ValuePtr attr(const ValuePtr& base, const std::string& name);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
+  // The entries of a dict that existed before the region (read by source): keys in order,
+  // their list guarded, each value read by source. False if `dict` is not such a dict, or
+  // has a key that is not a constant.
+  bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
   // getattr(obj, name[, default]) and hasattr(obj, name) with a constant name (access.cpp): an
   // attribute the object lacks is guarded absent from its instance dicts.
   ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
   bool attribute_present(const ValuePtr& base, const std::string& name);
+  // A CLASS_ATTRIBUTE guard on the class of `base` (or on `base`, a class): looking `name` up
+  // on it finds something iff `present` (kTypeVersion: usually one tag compare).
+  void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present);
   // containers.cpp: list/tuple/dict methods answered or performed at trace time; nullptr when
   // not handled there. args[0] is self.
   ValuePtr container_method(const std::string& name, const std::vector<ValuePtr>& args,
@@ -318,6 +328,13 @@ class Tracer {
   // Interns `source`, reads its live value and wraps it. Returns nullptr (and forgets the source)
   // if it cannot be read: an unbound local, a missing global, key or attribute.
   ValuePtr load_source(Source source);
+  // The live value source `slot` was read as (Borrowed; the tracer holds it). Only for slots
+  // load_source has read.
+  PyObject* live_value(int slot) const {
+    FJ_CHECK(slot >= 0 && static_cast<size_t>(slot) < live_.size() && live_[slot] != nullptr,
+             "slot {} was not read", slot);
+    return live_[slot];
+  }
 
  private:
   std::optional<bool> grad_at_start_;  // set once the trace switched the real grad mode
@@ -329,7 +346,7 @@ class Tracer {
                         const char* enter_text, std::vector<Arg> enter_args,
                         py::tuple real_args, py::object leave, const char* name_hint);
   std::string size_read_;  // the first way a size was read, "" if none
-  std::string dims_read_;  // the first read that pinned some input dimensions
+  std::vector<std::string> dim_reads_;
   std::map<int, std::set<int>> pinned_dims_;
   std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).

@@ -86,6 +86,8 @@ def classify_callable(fn) -> str:
             return "module_listing"
         if fn is builtins.getattr or fn is builtins.hasattr:
             return "attribute_builtin"
+        if fn is builtins.next:
+            return "next_builtin"
         if fn in _NOT_OPS:
             return ""
         if fn in _QUERIES:
@@ -295,27 +297,31 @@ def resolve_attribute(obj, name: str):
 
 
 def attribute_presence(obj, name: str):
-    """Whether ``hasattr(obj, name)`` holds, decided without running user code: "present",
-    "absent", or "unknown" (a property or slot that may raise, a __getattr__ other than
-    nn.Module's that could make it up)."""
+    """Whether ``hasattr(obj, name)`` holds, decided without running user code: (verdict,
+    store) with verdict "present", "absent" or "unknown" (a property or slot that may raise, a
+    __getattr__ other than nn.Module's that could make it up); store is the instance dict
+    holding a present attribute ("__dict__", or an nn.Module's "_parameters" / "_buffers" /
+    "_modules"), None when the class (or a metaclass) provides it."""
     if isinstance(obj, type):
         if _class_attribute(obj, name) is not _MISSING or _class_attribute(type(obj), name) is not _MISSING:
-            return "present"
-        return "unknown" if _class_attribute(type(obj), "__getattr__") is not _MISSING else "absent"
-    if _instance_store(obj, name) is not None:
-        return "present"
+            return ("present", None)
+        hook = _class_attribute(type(obj), "__getattr__")
+        return ("unknown" if hook is not _MISSING else "absent", None)
+    store = _instance_store(obj, name)
+    if store is not None:
+        return ("present", store)
     found = _class_attribute(type(obj), name)
     if found is not _MISSING:
         # A property, or a slot of a Python class, can raise AttributeError; a C type's own
         # descriptors (a builtin function's __name__) cannot.
         if isinstance(found, property) or (isinstance(found, types.MemberDescriptorType)
                                            and type(obj).__flags__ & _HEAPTYPE):
-            return "unknown"
-        return "present"
+            return ("unknown", None)
+        return ("present", None)
     hook = _class_attribute(type(obj), "__getattr__")
     if hook is not _MISSING and hook is not torch.nn.Module.__getattr__:
-        return "unknown"
-    return "absent"
+        return ("unknown", None)
+    return ("absent", None)
 
 
 def absent_attribute_stores(obj):

@@ -366,6 +366,14 @@ def list_slice_and_concat(x):
     return x * sum(ks[1:3] + ks[:1])
 
 
+def tuple_accumulated_with_iadd(x):
+    hidden = ()
+    for scale in (1, 2, 3):
+        x = x * scale
+        hidden += (x,)
+    return torch.stack(hidden)
+
+
 def list_concat_of_tensors(x):
     return torch.stack([x] + [x * 2])
 
@@ -507,8 +515,9 @@ CASES = [
     (list_reverse_copy_clear, (X,), 1, ONE),
     (list_index_count, (X,), 1, ONE),
     (list_slice_and_concat, (X,), 1, ONE),
-    # `+` on lists holding tensors is not traced: CPython runs the frame from there
-    (list_concat_of_tensors, (X,), 1, {"deopt"}),
+    # `+` and `+=` on sequences holding tensors
+    (list_concat_of_tensors, (X,), 1, ONE),
+    (tuple_accumulated_with_iadd, (X,), 1, ONE),
     (tuple_index_count, (X,), 1, ONE),
     (dict_get_with_default, (X,), 1, ONE),
     # dict.update with keyword arguments (or pairs) is still performed by the runtime

@@ -259,3 +259,13 @@ REVIEW_CASES = [
 @pytest.mark.parametrize("fn, calls, graphs", REVIEW_CASES, ids=[c[0].__name__ for c in REVIEW_CASES])
 def test_sizes_behind_keywords_out_and_rank_changes_are_guarded(fn, calls, graphs):
     assert count_graphs(fn, calls) == graphs
+
+
+def rms_normalised_rows(x):
+    y = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    z = y.sum(dim=(0, 2))  # reduced away: z's only size is x's dim 1
+    return loop_over(y.size(1), y) + loop_over(z.size(0), z).sum()
+
+
+def test_reductions_keep_the_input_sizes_they_keep():
+    assert count_graphs(rms_normalised_rows, [((2, 3, 4),), ((5, 3, 6),), ((5, 4, 6),)]) == 2

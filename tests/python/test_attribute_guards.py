@@ -1,0 +1,179 @@
+"""getattr / hasattr and nn.Module's tree generators answered at trace time: what they read is
+guarded, so changing it between calls compiles again instead of reusing a stale answer. Each
+test mutates the object between calls and compares every result with eager."""
+import pytest
+import torch
+import torch.nn as nn
+
+import framejit
+from framejit.testing import CompileCounter, same
+
+
+def run_with_mutations(fn, mutations, args=None):
+    """Calls fn compiled and eagerly before the first mutation and after each one; returns the
+    number of graphs."""
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    args = args if args is not None else (torch.ones(3),)
+    for mutate in [None] + list(mutations):
+        if mutate is not None:
+            mutate()
+        assert same(compiled(*args), fn(*args))
+    return counter.frame_count
+
+
+class Plain:
+    pass
+
+
+def test_instance_attribute_deleted_after_hasattr_found_it():
+    o = Plain()
+    o.foo = 1
+
+    def fn(x):
+        return x + (1 if hasattr(o, "foo") else 2)
+
+    assert run_with_mutations(fn, [lambda: delattr(o, "foo"), lambda: setattr(o, "foo", 5)]) == 2
+
+
+def test_class_attribute_added_after_hasattr_missed_it():
+    class P:
+        pass
+
+    p = P()
+
+    def fn(x):
+        return x + (1 if hasattr(p, "bar") else 2) + getattr(p, "bar", 10)
+
+    def add():
+        P.bar = 1
+
+    assert run_with_mutations(fn, [add]) == 2
+
+
+def test_hasattr_on_a_class_object():
+    class Q:
+        pass
+
+    def fn(x):
+        return x * (3 if hasattr(Q, "q") else 4)
+
+    def add():
+        Q.q = 0
+
+    assert run_with_mutations(fn, [add]) == 2
+
+
+def test_module_parameter_deleted():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(3))
+
+        def forward(self, x):
+            return x * self.w if hasattr(self, "w") else x - 1
+
+    m = M()
+    counter = CompileCounter()
+    compiled = framejit.compile(m, backend=counter)
+    x = torch.ones(3)
+    assert same(compiled(x), m(x))
+    del m.w
+    assert same(compiled(x), m(x))
+    assert counter.frame_count == 2
+
+
+def test_attribute_stored_earlier_in_the_same_trace():
+    class Holder:
+        pass
+
+    def fn(x, q):
+        q.z = x * 2
+        return x + 1 if getattr(q, "z", None) is None else q.z
+
+    q1, q2 = Holder(), Holder()
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    x = torch.ones(3)
+    assert same(compiled(x, q1), fn(x, q2))
+
+
+def test_hasattr_on_a_bound_method_is_left_to_python():
+    class A:
+        def m(self):
+            return 1
+
+    a = A()
+
+    def fn(x):
+        return x * (2 if hasattr(a.m, "__self__") else 3)
+
+    assert run_with_mutations(fn, []) <= 1
+
+
+def test_patching_and_restoring_nn_module_keeps_the_graph():
+    # torch.fx and make_fx patch nn.Module.__call__ and put it back: every module class gets a
+    # new attribute version tag, but what the guard asked for is unchanged.
+    class M(nn.Module):
+        def forward(self, x):
+            return x * (2 if hasattr(self, "missing") else 3)
+
+    m = M()
+    counter = CompileCounter()
+    compiled = framejit.compile(m, backend=counter)
+    x = torch.ones(3)
+    assert same(compiled(x), m(x))
+    call = nn.Module.__call__
+    nn.Module.__call__ = call  # what a patch-and-restore leaves behind
+    assert same(compiled(x), m(x))
+    assert counter.frame_count == 1
+
+
+class TwoLayers(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(2, 2)
+        self.b = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return x * len(list(self.modules())) + sum(p.sum() for p in self.parameters())
+
+
+def test_retying_modules_and_parameters_recompiles():
+    model = TwoLayers()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x), model(x))
+    model.b = model.a  # one module twice: modules() and parameters() list it once
+    assert same(compiled(x), model(x))
+    model.b = nn.Linear(2, 2)
+    model.b.weight = model.a.weight  # a tied parameter
+    assert same(compiled(x), model(x))
+    assert counter.frame_count == 3
+
+
+@pytest.mark.parametrize("prefix, recurse, remove_duplicate", [
+    ("", True, True), ("top", True, True), ("", False, True), ("", True, False),
+])
+def test_named_parameters_options(prefix, recurse, remove_duplicate):
+    model = TwoLayers()
+    model.b.weight = model.a.weight
+
+    def fn(x):
+        names = [n for n, _ in model.named_parameters(prefix=prefix, recurse=recurse,
+                                                      remove_duplicate=remove_duplicate)]
+        return x * len(names)
+
+    assert run_with_mutations(fn, [], args=(torch.ones(2),)) == 1
+
+
+def test_sum_of_rows_with_a_tensor_start_is_one_graph():
+    def fn(x, start):
+        return sum(x, start) * 2
+
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    x, start = torch.randn(3, 4), torch.randn(4)
+    assert same(compiled(x, start), fn(x, start))
+    assert counter.frame_count == 1
