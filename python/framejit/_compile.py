@@ -83,9 +83,10 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     if recompile_limit < 1:
         raise ValueError("framejit.compile: recompile_limit must be at least 1")
     if dynamic:
-        warnings.warn("framejit.compile(dynamic=True): sizes read into Python (x.shape, "
-                      "x.size(), len(x)) are still specialised; other sizes are generic by "
-                      "default (dynamic=None)", FramejitWarning, stacklevel=2)
+        warnings.warn("framejit.compile(dynamic=True): a size read into Python (a branch on "
+                      "x.size(0), range(len(x))) still specialises the input sizes it comes from; "
+                      "other sizes are generic by default (dynamic=None)", FramejitWarning,
+                      stacklevel=2)
     if mode is not None:
         warnings.warn(f"framejit.compile(mode={mode!r}) is ignored", FramejitWarning, stacklevel=2)
     backend_fn, backend_name = backends.lookup(backend)
