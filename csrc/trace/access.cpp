@@ -239,8 +239,9 @@ bool Tracer::dict_by_source(const ValuePtr& dict,
 ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                                    const KwValues& kwargs) {
   const std::string which = py::str(fn.attr("__name__")).cast<std::string>();
-  const size_t most = which == "getattr" ? 3 : 2;
-  if (!kwargs.empty() || args.size() < 2 || args.size() > most) {
+  const size_t most = which == "hasattr" ? 2 : 3;
+  if (!kwargs.empty() || args.size() < 2 || args.size() > most ||
+      (which == "setattr" && args.size() != 3)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() with {} arguments", which, args.size());
   }
   const ValuePtr name_value = concretize(args[1]);
@@ -248,6 +249,10 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() with a name not known at trace time", which);
   }
   const std::string name = name_value->obj.cast<std::string>();
+  if (which == "setattr") {  // as `obj.name = value` (STORE_ATTR)
+    store_attr(args[0], name, args[2]);
+    return Value::constant(py::none());
+  }
   const bool present = attribute_present(args[0], name);
   if (which == "hasattr") return Value::constant(py::bool_(present));
   if (present) return attr(args[0], name);

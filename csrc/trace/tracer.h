@@ -192,8 +192,9 @@ class Tracer {
   // their list guarded, each value read by source. False if `dict` is not such a dict, or
   // has a key that is not a constant.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
-  // getattr(obj, name[, default]) and hasattr(obj, name) with a constant name (access.cpp): an
-  // attribute the object lacks is guarded absent from its instance dicts.
+  // getattr(obj, name[, default]), hasattr(obj, name) and setattr(obj, name, value) with a
+  // constant name (access.cpp): an attribute the object lacks is guarded absent from its
+  // instance dicts; setattr is `obj.name = value`.
   ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
   bool attribute_present(const ValuePtr& base, const std::string& name);

@@ -84,7 +84,7 @@ def classify_callable(fn) -> str:
     try:
         if fn in _MODULE_LISTINGS:
             return "module_listing"
-        if fn is builtins.getattr or fn is builtins.hasattr:
+        if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr:
             return "attribute_builtin"
         if fn is builtins.next:
             return "next_builtin"

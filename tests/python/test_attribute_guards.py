@@ -177,3 +177,23 @@ def test_sum_of_rows_with_a_tensor_start_is_one_graph():
     x, start = torch.randn(3, 4), torch.randn(4)
     assert same(compiled(x, start), fn(x, start))
     assert counter.frame_count == 1
+
+
+def test_setattr_is_an_attribute_store_replayed_at_the_exit():
+    class Box:
+        pass
+
+    box = Box()
+    box.count = 0
+
+    def fn(x):
+        setattr(box, "last", x * 2)
+        setattr(box, "count", box.count + 1)
+        return box.last + box.count
+
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    x = torch.ones(3)
+    assert same(compiled(x), torch.full((3,), 3.0))
+    assert same(box.last, x * 2) and box.count == 1
+    assert same(compiled(x), torch.full((3,), 4.0)) and box.count == 2

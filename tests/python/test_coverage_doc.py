@@ -247,11 +247,13 @@ example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))
 
 
+HOLDER = types.SimpleNamespace(n=0)
+
+
 @example("setattr(obj, \"n\", 1)")
 def setattr_builtin(x):
-    holder = types.SimpleNamespace()
-    setattr(holder, "n", 1)
-    return x * holder.n
+    setattr(HOLDER, "n", 1)
+    return x * HOLDER.n
 example("ks.index(3)")(lambda x: x * [1, 2, 3].index(3))
 
 
