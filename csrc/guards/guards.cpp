@@ -127,6 +127,7 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
       while (PyDict_Next(value, &pos, &key, nullptr)) {
         PyObject* want = PyTuple_GET_ITEM(expected, i++);  // Borrowed
         if (key == want) continue;
+        if (Py_TYPE(key) != Py_TYPE(want)) return false;  // True == 1, but {True: v} is not {1: v}
         const int eq = PyObject_RichCompareBool(key, want, Py_EQ);
         if (eq != 1) {
           if (eq < 0) PyErr_Clear();

@@ -148,6 +148,14 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         const bool same = it->target == base || (PyModule_Check(base->obj.ptr()) &&
                                                  it->target->obj.ptr() == base->obj.ptr());
         if (same && it->name == name) return it->value;
+        if (it->name == name && base->method.empty() && it->target->method.empty() &&
+            it->target->obj.ptr() == base->obj.ptr()) {
+          // The same object reached another way (a second argument, a value kept on the stack
+          // across a break): the write is not visible through this value. Left to the runtime,
+          // after the exit has replayed the write.
+          FJ_UNSUPPORTED(kSideEffect, "attribute '{}' read from {}, written through another reference",
+                         name, base->describe());
+        }
       }
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {
@@ -311,6 +319,11 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
       }
       for (const auto& write : attr_writes_) {  // stored earlier in this region
         if (write.target == base && write.name == name) return true;
+        if (write.name == name && write.target->method.empty() &&
+            write.target->obj.ptr() == base->obj.ptr()) {
+          FJ_UNSUPPORTED(kSideEffect, "hasattr of '{}' on {}, written through another reference",
+                         name, base->describe());
+        }
       }
       py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
       const std::string verdict = how[0].cast<std::string>();

@@ -56,6 +56,13 @@ bool sequence_operand(const ValuePtr& v, VKind kind, std::vector<ValuePtr>& out)
   return true;
 }
 
+// Whether a tuple operand is a torch.Size (`(1,) + x.shape` is one: Size.__radd__).
+bool size_typed(const ValuePtr& v) {
+  PyObject* size = PyRefs::get().size_type.ptr();
+  return (v->kind == VKind::kTuple && v->pytype.ptr() == size) ||
+         (v->is_const() && reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr())) == size);
+}
+
 // `a + b` / `a += b` on tuples or lists holding traced values (tensors): the joined sequence.
 // `l += [x]` extends a list made in this region in place (one that existed before is the
 // caller's: that is a side effect, not traced). nullptr when the operands are not such.
@@ -76,7 +83,7 @@ ValuePtr join_sequences(const OperatorInfo& op, const std::vector<ValuePtr>& arg
       return nullptr;  // a namedtuple or torch.Size: `+` is not a plain join
     }
     left.insert(left.end(), right.begin(), right.end());
-    return Value::tuple(std::move(left));
+    return Value::tuple(std::move(left), size_typed(args[1]) ? PyRefs::get().size_type : py::object());
   }
   if (lhs->kind != VKind::kList) {  // a constant list: a new list either way
     left.insert(left.end(), right.begin(), right.end());
@@ -106,6 +113,12 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
   }
+  if (!args.empty() && args[0]->kind == VKind::kList && op.fn[0] == 'i') {
+    // In place on a list value: `l += [x]` must change that list (others may alias it), never
+    // fold into a new one.
+    if (ValuePtr joined = join_sequences(op, args)) return joined;
+    FJ_UNSUPPORTED(kSideEffect, "operator.{} on {}", op.fn, args[0]->describe());
+  }
   if (!(args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree()) &&
       !(args[0]->is_sequence() && args[0]->holds_size_expr())) {
     if (ValuePtr joined = join_sequences(op, args)) return joined;
@@ -126,7 +139,7 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
           items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
         }
       }
-      return Value::tuple(std::move(items), args[0]->pytype);
+      return Value::tuple(std::move(items), size_typed(args[1]) ? PyRefs::get().size_type : args[0]->pytype);
     }
     for (auto& a : args) a = t.concretize(a);
   }

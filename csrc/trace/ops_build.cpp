@@ -110,7 +110,14 @@ void op_list_to_tuple(Tracer& t, const Instr&) {
   t.push(Value::tuple(list->items));
 }
 
-void op_dict_update(Tracer& t, const Instr& i) {
+void merge_into(Tracer& t, const Instr& i, bool merge);
+
+// DICT_UPDATE ({**a, **b}, d.update): later keys win. DICT_MERGE (f(**a, **b)): a key given
+// twice is a TypeError, which the runtime raises.
+void op_dict_update(Tracer& t, const Instr& i) { merge_into(t, i, false); }
+void op_dict_merge(Tracer& t, const Instr& i) { merge_into(t, i, true); }
+
+void merge_into(Tracer& t, const Instr& i, bool merge) {
   ValuePtr dict = t.peek(static_cast<size_t>(i.arg));
   check_mutable(dict);
   ValuePtr update = t.pop();
@@ -120,7 +127,17 @@ void op_dict_update(Tracer& t, const Instr& i) {
   } else if (!t.dict_by_source(update, entries)) {  // f(**kwargs) with the caller's kwargs dict
     FJ_UNSUPPORTED(kUnsupportedValue, "dict update with {}", update->describe());
   }
-  for (auto& [key, value] : entries) set_key(dict, key, value);
+  for (auto& [key, value] : entries) {
+    if (merge) {
+      bool repeated = !PyUnicode_Check(key.ptr());
+      for (const auto& known : dict->keys) repeated = repeated || known.equal(key);
+      if (repeated) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "keyword argument {} given twice (or not a str)",
+                       safe_repr(key));
+      }
+    }
+    set_key(dict, key, value);
+  }
 }
 
 // The items of a sequence being unpacked (UNPACK_SEQUENCE, UNPACK_EX).
@@ -199,7 +216,7 @@ void register_build_ops(HandlerTable& table) {
   set(Op::LIST_TO_TUPLE, op_list_to_tuple);
   set(Op::MAP_ADD, op_map_add);
   set(Op::DICT_UPDATE, op_dict_update);
-  set(Op::DICT_MERGE, op_dict_update);
+  set(Op::DICT_MERGE, op_dict_merge);
   set(Op::UNPACK_SEQUENCE, op_unpack_sequence);
   set(Op::UNPACK_EX, op_unpack_ex);
   set(Op::FORMAT_VALUE, op_format_value);

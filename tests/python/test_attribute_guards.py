@@ -197,3 +197,73 @@ def test_setattr_is_an_attribute_store_replayed_at_the_exit():
     assert same(compiled(x), torch.full((3,), 3.0))
     assert same(box.last, x * 2) and box.count == 1
     assert same(compiled(x), torch.full((3,), 4.0)) and box.count == 2
+
+
+def test_list_iadd_on_a_caller_list_is_never_lost():
+    def fn(items, x):
+        items += [3]
+        return x + 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    mine, theirs = [1, 2], [1, 2]
+    assert same(compiled(mine, torch.ones(2)), fn(theirs, torch.ones(2)))
+    assert mine == theirs == [1, 2, 3]
+
+
+def test_list_iadd_keeps_aliases():
+    def fn(x):
+        a = [1]
+        b = a
+        a += [2]
+        return x * len(b), b
+
+    assert run_with_mutations(fn, []) == 1
+
+
+def test_keyword_given_twice_raises_as_in_eager():
+    def g(a, b=0):
+        return a + b
+
+    def fn(d, x):
+        return g(a=x, **d)
+
+    compiled = framejit.compile(fn, backend=CompileCounter())
+    with pytest.raises(TypeError):
+        fn({"a": 1}, torch.ones(2))
+    with pytest.raises(TypeError):
+        compiled({"a": 1}, torch.ones(2))
+
+
+def test_dict_key_true_is_not_key_one():
+    def fn(d, x):
+        return x + 1, {**d}
+
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    for d in ({1: 2, "a": 3}, {True: 2, "a": 3}):
+        out, copy = compiled(d, torch.ones(2))
+        assert list(copy) == list(d) and type(list(copy)[0]) is type(list(d)[0])
+
+
+def test_attribute_written_through_one_reference_read_through_another():
+    class Obj:
+        a = 0
+
+    def fn(o, p, x):
+        setattr(o, "a", x * 2)
+        return p.a + 1
+
+    o = Obj()
+    compiled = framejit.compile(fn, backend=CompileCounter())
+    x = torch.ones(2)
+    assert same(compiled(o, o, x), torch.full((2,), 3.0))
+
+
+def test_tuple_plus_size_is_a_size():
+    def fn(x):
+        return x.reshape((1,) + x.shape), type((1,) + x.shape) is torch.Size
+
+    compiled = framejit.compile(fn, backend=CompileCounter())
+    out, is_size = compiled(torch.ones(2, 3))
+    assert is_size and out.shape == (1, 2, 3)
