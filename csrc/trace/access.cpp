@@ -50,10 +50,6 @@ bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py
   return false;
 }
 
-}  // namespace
-
-namespace {
-
 bool is_torch_module(PyObject* module) {
   const char* name = PyModule_GetName(module);
   if (name == nullptr) {
@@ -142,21 +138,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
     }
     case VKind::kObject: {
       if (base->method == kNewObject) return new_object_attr(base, name);
-      // A value this region stored there (latest write wins).
-      for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {
-        // Global writes target their module by object: `import m; m.x` after `global x; x = t`.
-        const bool same = it->target == base || (PyModule_Check(base->obj.ptr()) &&
-                                                 it->target->obj.ptr() == base->obj.ptr());
-        if (same && it->name == name) return it->value;
-        if (it->name == name && base->method.empty() && it->target->method.empty() &&
-            it->target->obj.ptr() == base->obj.ptr()) {
-          // The same object reached another way (a second argument, a value kept on the stack
-          // across a break): the write is not visible through this value. Left to the runtime,
-          // after the exit has replayed the write.
-          FJ_UNSUPPORTED(kSideEffect, "attribute '{}' read from {}, written through another reference",
-                         name, base->describe());
-        }
-      }
+      if (const ValuePtr* stored = pending_attr(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {
         py::object value;
@@ -221,6 +203,26 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {} is not traced yet", name,
                  base->describe());
+}
+
+const ValuePtr* Tracer::pending_attr(const ValuePtr& base, const std::string& name) const {
+  for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {  // latest write wins
+    if (it->name != name) continue;
+    // Global writes target their module by object: `import m; m.x` after `global x; x = t`.
+    if (it->target == base ||
+        (PyModule_Check(base->obj.ptr()) && it->target->obj.ptr() == base->obj.ptr())) {
+      return &it->value;
+    }
+    if (base->method.empty() && it->target->method.empty() &&
+        it->target->obj.ptr() == base->obj.ptr()) {
+      // The same object reached another way (a second argument, a value kept on the stack
+      // across a break): the write is not visible through this value. Left to the runtime,
+      // after the exit has replayed the write.
+      FJ_UNSUPPORTED(kSideEffect, "attribute '{}' of {}, written through another reference",
+                     name, base->describe());
+    }
+  }
+  return nullptr;
 }
 
 bool Tracer::dict_by_source(const ValuePtr& dict,
@@ -317,14 +319,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
       if (!base->method.empty() || base->bound_self) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
-      for (const auto& write : attr_writes_) {  // stored earlier in this region
-        if (write.target == base && write.name == name) return true;
-        if (write.name == name && write.target->method.empty() &&
-            write.target->obj.ptr() == base->obj.ptr()) {
-          FJ_UNSUPPORTED(kSideEffect, "hasattr of '{}' on {}, written through another reference",
-                         name, base->describe());
-        }
-      }
+      if (pending_attr(base, name)) return true;  // stored earlier in this region
       py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
       const std::string verdict = how[0].cast<std::string>();
       if (verdict == "unknown") {

@@ -209,7 +209,6 @@ class IteratorsConsumed {
   std::vector<ValuePtr> iterators_;
 };
 
-// Builtins that iterate their arguments (and nothing else about them).
 // Whether builtin `name` iterates its argument `arg`, a tensor, row by row (enumerate(x),
 // zip(x, y), list(x), sum(x)). Not len() (a size), reversed() (Tensor.__reversed__ flips),
 // or the ones that compare rows (min, max, sorted, set, dict keys).
@@ -220,6 +219,7 @@ bool iterates_rows(const std::string& name, const ValuePtr& arg, const std::vect
          arg.get() == args[0].get();
 }
 
+// Builtins that iterate their arguments (and nothing else about them).
 bool consumes_iterables(const std::string& name) {
   static const char* kNames[] = {"enumerate", "zip", "reversed", "len", "list", "tuple", "sum",
                                  "any", "all", "min", "max", "sorted", "dict", "set"};

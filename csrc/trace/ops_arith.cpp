@@ -49,7 +49,7 @@ bool sequence_operand(const ValuePtr& v, VKind kind, std::vector<ValuePtr>& out)
     out = v->items;
     return true;
   }
-  const bool constant = v->is_const() && (kind == VKind::kTuple ? PyTuple_CheckExact(v->obj.ptr())
+  const bool constant = v->is_const() && (kind == VKind::kTuple ? PyTuple_Check(v->obj.ptr())
                                                                 : PyList_CheckExact(v->obj.ptr()));
   if (!constant) return false;
   for (py::handle item : v->obj) out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
@@ -78,12 +78,15 @@ ValuePtr join_sequences(const OperatorInfo& op, const std::vector<ValuePtr>& arg
   if (kind != VKind::kTuple && kind != VKind::kList) return nullptr;
   if (!sequence_operand(lhs, kind, left) || !sequence_operand(args[1], kind, right)) return nullptr;
   if (kind == VKind::kTuple) {
-    if (lhs->kind == VKind::kTuple && lhs->pytype &&
+    // A torch.Size on either side makes a torch.Size (x.shape[:-1] + (2, -1), (1,) + x.shape);
+    // a namedtuple or structseq on the left is left to the fold (its `+` gives a plain tuple).
+    const bool size = size_typed(lhs) || size_typed(args[1]);
+    if (lhs->kind == VKind::kTuple && lhs->pytype && !size &&
         lhs->pytype.ptr() != reinterpret_cast<PyObject*>(&PyTuple_Type)) {
-      return nullptr;  // a namedtuple or torch.Size: `+` is not a plain join
+      return nullptr;
     }
     left.insert(left.end(), right.begin(), right.end());
-    return Value::tuple(std::move(left), size_typed(args[1]) ? PyRefs::get().size_type : py::object());
+    return Value::tuple(std::move(left), size ? PyRefs::get().size_type : py::object());
   }
   if (lhs->kind != VKind::kList) {  // a constant list: a new list either way
     left.insert(left.end(), right.begin(), right.end());
@@ -119,28 +122,15 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     if (ValuePtr joined = join_sequences(op, args)) return joined;
     FJ_UNSUPPORTED(kSideEffect, "operator.{} on {}", op.fn, args[0]->describe());
   }
-  if (!(args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree()) &&
-      !(args[0]->is_sequence() && args[0]->holds_size_expr())) {
+  // `+` joining tuples and lists that hold traced values: tensors, and size expressions, which
+  // stay symbolic in a tuple (x.shape[:-1] + (2, -1)). Anything else on sizes needs the numbers.
+  const bool constant = args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree();
+  if (!constant && !(args[0]->kind == VKind::kList && args[0]->holds_size_expr())) {
     if (ValuePtr joined = join_sequences(op, args)) return joined;
   }
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
   if (sizes) {
-    // A shape holding symbolic sizes: `+` joins (x.shape[:-1] + (2, -1) stays symbolic, a
-    // torch.Size if the left side is one); anything else needs the numbers.
-    if (std::string(op.fn) == "add" && args.size() == 2 && args[0]->kind == VKind::kTuple &&
-        (args[1]->kind == VKind::kTuple ||
-         (args[1]->is_const() && PyTuple_Check(args[1]->obj.ptr())))) {
-      std::vector<ValuePtr> items = args[0]->items;
-      if (args[1]->kind == VKind::kTuple) {
-        items.insert(items.end(), args[1]->items.begin(), args[1]->items.end());
-      } else {
-        for (py::handle item : args[1]->obj) {
-          items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-        }
-      }
-      return Value::tuple(std::move(items), size_typed(args[1]) ? PyRefs::get().size_type : args[0]->pytype);
-    }
     for (auto& a : args) a = t.concretize(a);
   }
   bool symbolic = false;

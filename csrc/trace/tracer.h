@@ -198,6 +198,9 @@ class Tracer {
   ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
   bool attribute_present(const ValuePtr& base, const std::string& name);
+  // The value this region last stored as base.name (replayed at the exit), or nullptr. Throws
+  // Unsupported when the same object was written through another value.
+  const ValuePtr* pending_attr(const ValuePtr& base, const std::string& name) const;
   // A CLASS_ATTRIBUTE guard on the class of `base` (or on `base`, a class): looking `name` up
   // on it finds something iff `present` (kTypeVersion: usually one tag compare).
   void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present);
