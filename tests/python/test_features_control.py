@@ -366,6 +366,24 @@ def list_slice_and_concat(x):
     return x * sum(ks[1:3] + ks[:1])
 
 
+def finfo_min_as_mask_value(x):
+    return x.masked_fill(x < 0, torch.finfo(x.dtype).min) + torch.iinfo(torch.int8).max
+
+
+def _scaled(x, scale=1.0, shift=0.0):
+    return x * scale + shift
+
+
+def kwargs_passed_through(x, **kwargs):
+    return _scaled(x, **kwargs)
+
+
+def next_of_unrolled_iterator(x):
+    it = (x * k for k in (1, 2))  # a generator expression: unrolled at trace time
+    first = next(it)
+    return first + next(it) + next(it, x)
+
+
 def tuple_accumulated_with_iadd(x):
     hidden = ()
     for scale in (1, 2, 3):
@@ -518,6 +536,8 @@ CASES = [
     # `+` and `+=` on sequences holding tensors
     (list_concat_of_tensors, (X,), 1, ONE),
     (tuple_accumulated_with_iadd, (X,), 1, ONE),
+    (finfo_min_as_mask_value, (X,), 1, ONE),
+    (next_of_unrolled_iterator, (X,), 1, ONE),
     (tuple_index_count, (X,), 1, ONE),
     (dict_get_with_default, (X,), 1, ONE),
     # dict.update with keyword arguments (or pairs) is still performed by the runtime
@@ -540,3 +560,20 @@ CASES = [
 @pytest.mark.parametrize("fn,args,graphs,exits", CASES, ids=[c[0].__name__ for c in CASES])
 def test_control_construct(fn, args, graphs, exits):
     check(fn, *args, graphs=graphs, exits=exits)
+
+
+def test_callers_kwargs_dict_passed_on_with_double_star():
+    # f(**kwargs) where kwargs is the compiled function's own **kwargs dict: its keys are
+    # guarded in order and its values read by source, so one graph serves new values.
+    import framejit
+    from framejit.testing import CompileCounter, same
+    counter = CompileCounter()
+    compiled = framejit.compile(kwargs_passed_through, backend=counter)
+    x = rand(3, 4)
+    for scale in (2.0, 3.0):
+        kwargs = {"scale": torch.tensor(scale), "shift": torch.tensor(1.0)}
+        assert same(compiled(x, **kwargs), kwargs_passed_through(x, **kwargs))
+    assert counter.frame_count == 1
+    kwargs = {"scale": torch.tensor(2.0)}  # another key list: a new graph
+    assert same(compiled(x, **kwargs), kwargs_passed_through(x, **kwargs))
+    assert counter.frame_count == 2

@@ -227,6 +227,17 @@ class ModulesHooksCheck(nn.Module):
         return self.inner(x) * len(names)
 
 
+class DtypeFromFirstParameter(nn.Module):
+    """The HF idiom `next(self.parameters()).dtype`."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x.to(next(self.parameters()).dtype))
+
+
 class PlainAttributes(nn.Module):
     def __init__(self):
         super().__init__()
@@ -348,6 +359,7 @@ CASES = [
     ("parameters_iterated", ParametersIterated, (X,), 1, ONE),
     ("named_buffers_iterated", NamedBuffersIterated, (X,), 1, ONE),
     ("modules_hooks_check", ModulesHooksCheck, (X,), 1, ONE),
+    ("next_of_parameters", DtypeFromFirstParameter, (X,), 1, ONE),
     # getattr(F, self.act): the function read from torch.nn.functional
     ("plain_attributes", PlainAttributes, (X,), 1, ONE),
     ("training_branch_train", lambda: TrainingBranch().train(), (X,), 1, ONE),
