@@ -3,7 +3,10 @@
 
 #include <unordered_set>
 
+#include <fmt/format.h>
+
 #include "common/check.h"
+#include "log/log.h"
 
 namespace framejit {
 
@@ -31,6 +34,14 @@ Py_ssize_t extra_index() {
   }
   return g_extra_index;
 }
+
+class RuntimeTraceHost final : public TraceHost {
+ public:
+  bool traces_into(PyCodeObject* code) override { return !should_skip_code(code); }
+  const Bytecode& bytecode_of(PyCodeObject* code) override {
+    return decoded_bytecode(code, *code_state(code));
+  }
+};
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.compare(0, prefix.size(), prefix) == 0;
@@ -109,6 +120,26 @@ bool should_skip_code(PyCodeObject* code) {
     if (starts_with(filename, prefix)) return true;
   }
   return false;
+}
+
+const Bytecode& decoded_bytecode(PyCodeObject* code, CodeState& state) {
+  if (!state.bytecode) {
+    state.bytecode = Bytecode::from_code(code);
+    if (log_enabled(Artifact::bytecode)) {
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      const char* name = PyUnicode_AsUTF8(code->co_qualname);
+      if (!file || !name) PyErr_Clear();
+      log_emit(Artifact::bytecode,
+               fmt::format("BYTECODE {} ({}:{})\n{}", name ? name : "?", file ? file : "?",
+                           code->co_firstlineno, state.bytecode->to_string()));
+    }
+  }
+  return *state.bytecode;
+}
+
+TraceHost& runtime_trace_host() {
+  static RuntimeTraceHost host;
+  return host;
 }
 
 }  // namespace framejit

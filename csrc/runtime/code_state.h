@@ -12,7 +12,9 @@
 #include "common/py.h"
 #include "guards/guards.h"
 #include "guards/source.h"
-#include "runtime/rebuild.h"
+#include "region/exit.h"
+#include "region/rebuild.h"
+#include "trace/trace_host.h"
 
 namespace framejit {
 
@@ -34,48 +36,6 @@ struct CompileContext {
 enum class RegionKind : uint8_t {
   kCompiled,  // run the graph, rebuild the exit state, perform or resume at the exit
   kFallback,  // these guards lead to something untraceable at the entry: CPython runs from here
-};
-
-// Where a region stops and what the runtime does there. The region's graph has run and the
-// Python state (locals written into the frame, the value stack) is as CPython would have it
-// just before instruction `pc`.
-enum class ExitKind : uint8_t {
-  kReturn,   // RETURN_VALUE: the frame's result is `result`
-  kBranch,   // a jump on a value the trace could not decide: the runtime tests its truth
-  kCall,     // a call the trace could not inline: the runtime makes it (the callee's frame meets
-             // the hook), pushes the result and goes on
-  kIter,     // GET_ITER / FOR_ITER on an iterator the trace could not unroll: performed likewise
-  kWith,     // BEFORE_WITH: the runtime enters the context manager (torch.no_grad(), ...); the
-             // body is traced under the state it sets, and __exit__ is a call like any other
-  kSubscr,   // BINARY_SUBSCR the trace could not record (x[x > 0]: a size that depends on the
-             // data): the runtime reads the item, pushes it and goes on
-  kDeopt,    // anything else: CPython resumes the frame at `pc`
-};
-
-const char* exit_kind_name(ExitKind kind);
-
-struct RegionExit {
-  ExitKind kind = ExitKind::kDeopt;
-  int pc = 0;         // code unit where the instruction at the exit starts (EXTENDED_ARGs first)
-  int op_pc = 0;      // code unit of its opcode: where an exception it raises is reported
-  int next_pc = 0;    // the instruction after it
-  int target_pc = 0;  // kBranch: the jump target; kIter (FOR_ITER): where exhaustion goes
-  Op op = Op::kUnknown;
-  int nargs = 0;       // kCall: positional arguments on the stack (CALL n)
-  py::object kwnames;  // kCall: keyword names (a tuple) or None
-  std::vector<std::pair<int, Rebuild>> locals;  // locals written back (kNull: deleted)
-  std::vector<Rebuild> stack;                   // the whole value stack at the exit
-  Rebuild result;                               // kReturn
-  // Attribute writes to objects that existed before the region, replayed in program order
-  // (setattr(target, name, value)) after the graph ran and before the exit is performed.
-  struct AttrWrite {
-    Rebuild target;
-    py::object name;
-    Rebuild value;
-  };
-  std::vector<AttrWrite> attr_writes;
-  int memo_size = 0;
-  std::string reason;  // why the trace stopped here, with the user's file:line
 };
 
 // One straight trace from an entry pc, keyed by its entry stack shape and its guards.
@@ -123,5 +83,13 @@ void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allo
 // One code object traced even if its file is skipped (held for the process's life).
 void allow_code(py::object code);
 bool should_skip_code(PyCodeObject* code);
+
+// The code object's decoded bytecode, decoded on first use (and logged under `bytecode`) and kept
+// in its CodeState. Borrowed: code.
+const Bytecode& decoded_bytecode(PyCodeObject* code, CodeState& state);
+
+// The runtime's side of trace/trace_host.h: the skip rules above and the bytecode kept in each
+// code object's CodeState.
+TraceHost& runtime_trace_host();
 
 }  // namespace framejit

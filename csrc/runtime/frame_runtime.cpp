@@ -175,15 +175,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   PyCodeObject* code = run.code;
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;
-  if (!state.bytecode) {
-    state.bytecode = Bytecode::from_code(code);
-    if (log_enabled(Artifact::bytecode)) {
-      log_emit(Artifact::bytecode, fmt::format("BYTECODE {}\n{}",
-                                               code_location(code, code->co_firstlineno),
-                                               state.bytecode->to_string()));
-    }
-  }
-  const Bytecode& bytecode = *state.bytecode;
+  const Bytecode& bytecode = decoded_bytecode(code, state);
   // A callee that breaks while inlined is not inlined at that call site on the next attempt,
   // so the region ends at the call in this frame (and the callee's frame meets the hook itself).
   std::map<CallSite, std::string> no_inline;
@@ -194,7 +186,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   // instruction using one is traced again with sizes as constants (see StaticSizesRetrace).
   bool symbolic_sizes = ctx.any_sizes;
   for (int i = 0;; ++i) {
-    traced = std::make_unique<Tracer>(code, bytecode, fs, pc, &no_inline);
+    traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
     traced->set_symbolic_sizes(symbolic_sizes);
     try {
       traced->run();

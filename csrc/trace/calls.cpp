@@ -6,7 +6,6 @@
 #include <unordered_map>
 
 #include "common/check.h"
-#include "runtime/code_state.h"
 #include <exception>
 
 #include "trace/pyrefs.h"
@@ -245,8 +244,8 @@ py::object class_info(const ValuePtr& value) {
   return out;
 }
 
-bool is_user_function(py::handle fn) {
-  if (!should_skip_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())))) {
+bool is_user_function(TraceHost& host, py::handle fn) {
+  if (host.traces_into(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr())))) {
     return true;
   }
   // Helpers of torch.nn's own modules (Conv2d._conv_forward, _BatchNorm checks) are traced
@@ -465,7 +464,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return nullptr;
     }
   }
-  if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(callable)) {
+  if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(host_, callable)) {
     inline_call(fn, callable, std::move(args), std::move(kwargs));
     return nullptr;
   }

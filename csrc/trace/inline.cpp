@@ -8,7 +8,6 @@
 #include <set>
 
 #include "common/check.h"
-#include "runtime/code_state.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -187,11 +186,9 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
     FJ_UNSUPPORTED(kUnsupportedCall, "inlining deeper than {} frames (recursion?) at {}",
                    kMaxInlineDepth, name_of(code->co_qualname));
   }
-  CodeState* state = code_state(code);
-  if (!state->bytecode) state->bytecode = Bytecode::from_code(code);
   auto callee = std::make_unique<TraceFrame>();
   callee->code = code;
-  callee->bytecode = state->bytecode.get();
+  callee->bytecode = &host_.bytecode_of(code);
   callee->locals = bind_arguments(code, function, fn, std::move(args), std::move(kwargs));
   callee->dirty.assign(callee->locals.size(), false);
   callee->function = py::reinterpret_borrow<py::object>(function);

@@ -85,22 +85,11 @@ void collect_leaves(const ValuePtr& value, std::vector<ValuePtr>& out) {
 
 }  // namespace
 
-const char* exit_kind_name(ExitKind kind) {
-  switch (kind) {
-    case ExitKind::kReturn: return "return";
-    case ExitKind::kBranch: return "branch";
-    case ExitKind::kCall: return "call";
-    case ExitKind::kIter: return "iterate";
-    case ExitKind::kWith: return "with";
-    case ExitKind::kSubscr: return "subscript";
-    case ExitKind::kDeopt: return "deopt";
-  }
-  return "?";
-}
-
-Tracer::Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
-               int entry_pc, const std::map<CallSite, std::string>* no_inline)
-    : code_(code),
+Tracer::Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode,
+               const FrameState& frame, int entry_pc,
+               const std::map<CallSite, std::string>* no_inline)
+    : host_(host),
+      code_(code),
       frame_(frame),
       entry_pc_(entry_pc),
       no_inline_(no_inline),

@@ -19,9 +19,10 @@
 #include "graph/graph.h"
 #include "guards/guards.h"
 #include "guards/source.h"
-#include "runtime/code_state.h"
-#include "runtime/rebuild.h"
+#include "region/exit.h"
+#include "region/rebuild.h"
 #include "trace/size_deps.h"
+#include "trace/trace_host.h"
 #include "trace/value.h"
 
 namespace framejit {
@@ -119,8 +120,8 @@ class Tracer {
  public:
   // Borrowed: code, frame (both must outlive the tracer). `frame.stack` is the value stack at
   // `entry_pc` (empty at 0). Calls at `no_inline` sites are not traced into.
-  Tracer(PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame, int entry_pc,
-         const std::map<CallSite, std::string>* no_inline = nullptr);
+  Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
+         int entry_pc, const std::map<CallSite, std::string>* no_inline = nullptr);
   ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
@@ -325,6 +326,7 @@ class Tracer {
   ValuePtr tensor_attr(const ValuePtr& tensor, const std::string& name);
   // The graph input standing for a float SymNum used in a torch call (one per value).
   ValuePtr scalar_input(const ValuePtr& value);
+  TraceHost& host() { return host_; }
 
   // A value read from source `slot` whose live value is `real`: installs guards, makes
   // placeholders for tensors. The same slot always gives the same Value.
@@ -377,6 +379,7 @@ class Tracer {
   // Marks a node made inside an inlined callee with the callee's file and function.
   void locate(Node* node);
 
+  TraceHost& host_;
   PyCodeObject* code_;  // the root frame's code
   FrameState frame_;
   int entry_pc_;

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "guards/source.h"
-#include "runtime/rebuild.h"
+#include "region/rebuild.h"
 
 namespace py = pybind11;
 using namespace framejit;

@@ -1,5 +1,5 @@
 // Building Python values at a region's exit: raw CPython API, runs on every call.
-#include "runtime/rebuild.h"
+#include "region/rebuild.h"
 
 #include "common/check.h"
 
