@@ -97,11 +97,11 @@ ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const Valu
   ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(fn));
   if (kind == "function" || kind == "property") method->bound_self = self;
   if (kind == "classmethod") {
-    const bool self_is_class = self->kind == VKind::kObject && self->method != kNewObject &&
+    const bool self_is_class = self->kind == VKind::kObject && !self->is(ObjRole::kNewObject) &&
                                PyType_Check(self->obj.ptr());
     method->bound_self = self_is_class ? self : Value::object(type_of(self));
   }
-  if (kind == "property") method->method = "__property__";
+  if (kind == "property") method->role = ObjRole::kProperty;
   return method;
 }
 
@@ -137,7 +137,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       break;
     }
     case VKind::kObject: {
-      if (base->method == kNewObject) return new_object_attr(base, name);
+      if (base->is(ObjRole::kNewObject)) return new_object_attr(base, name);
       if (const ValuePtr* stored = pending_attr(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {
@@ -157,10 +157,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return value;
       }
       if (PyModule_Check(obj)) break;
-      if (base->method == kSuper) {
+      if (base->is(ObjRole::kSuper)) {
         py::tuple how = PyRefs::get().support.attr("resolve_super_attribute")(
             base->obj, type_of(base->bound_self),
-            py::bool_(base->bound_self->method != kNewObject &&
+            py::bool_(!base->bound_self->is(ObjRole::kNewObject) &&
                       PyType_Check(base->bound_self->obj.ptr())),
             name);
         // super().method: the parent's function, bound to the traced self.
@@ -213,7 +213,7 @@ const ValuePtr* Tracer::pending_attr(const ValuePtr& base, const std::string& na
         (PyModule_Check(base->obj.ptr()) && it->target->obj.ptr() == base->obj.ptr())) {
       return &it->value;
     }
-    if (base->method.empty() && it->target->method.empty() &&
+    if (!base->is_special_object() && !it->target->is_special_object() &&
         it->target->obj.ptr() == base->obj.ptr()) {
       // The same object reached another way (a second argument, a value kept on the stack
       // across a break): the write is not visible through this value. Left to the runtime,
@@ -307,7 +307,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
       if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), name.c_str()) == 1) return true;
       FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on a tensor", name);
     case VKind::kObject: {
-      if (base->method == kNewObject) {
+      if (base->is(ObjRole::kNewObject)) {
         // Attributes stored by the trace are not on the object yet.
         try {
           attr(base, name);
@@ -316,7 +316,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
           FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
         }
       }
-      if (!base->method.empty() || base->bound_self) {
+      if (base->is_special_object() || base->bound_self) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
       if (pending_attr(base, name)) return true;  // stored earlier in this region
@@ -446,12 +446,12 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
 }
 
 void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePtr value) {
-  if (target->kind == VKind::kObject && target->method == kNewObject) {
+  if (target->is(ObjRole::kNewObject)) {
     new_object_store(target, name, std::move(value));
     return;
   }
   if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||
-      PyType_Check(target->obj.ptr()) || !target->method.empty() || target->bound_self) {
+      PyType_Check(target->obj.ptr()) || target->is_special_object() || target->bound_self) {
     FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} on {}", name, target->describe());
   }
   py::tuple how = PyRefs::get().support.attr("resolve_attribute")(target->obj, name);

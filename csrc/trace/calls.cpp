@@ -153,7 +153,7 @@ py::object type_of(const ValuePtr& value) {
     case VKind::kTensor:
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kObject:
-      if (value->method == kNewObject) return value->obj;
+      if (value->is(ObjRole::kNewObject)) return value->obj;
       return borrow(Py_TYPE(value->obj.ptr()));
     case VKind::kConst:
     case VKind::kSymNum:
@@ -299,29 +299,27 @@ ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& 
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
-  if (fn->method == kMadeFunction) {  // a lambda, nested def or comprehension of this trace
+  if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
     inline_call(fn, py::none(), std::move(args), std::move(kwargs));
     return nullptr;
   }
   // A method loaded by LOAD_METHOD: args[0] is self. A tensor method read by LOAD_ATTR carries
   // its tensor as bound_self instead.
-  if (fn->kind == VKind::kObject && !fn->method.empty() && fn->bound_self &&
-      fn->bound_self->kind == VKind::kTensor) {
+  if (fn->is_special_object() && fn->bound_self && fn->bound_self->kind == VKind::kTensor) {
     args.insert(args.begin(), fn->bound_self);
   }
-  if (fn->kind == VKind::kObject && (fn->method == kGradModeExit || fn->method == kInferenceExit ||
-                                     fn->method == kAutocastExit)) {
+  if (fn->is(ObjRole::kGradExit) || fn->is(ObjRole::kInferenceExit) ||
+      fn->is(ObjRole::kAutocastExit)) {
     return exit_with(fn, args);
   }
-  if (fn->kind == VKind::kObject && fn->method == kNewObject) {
+  if (fn->is(ObjRole::kNewObject)) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
-  if (fn->kind == VKind::kObject && (fn->method == kGradModeManager || fn->method == kGradModeSet ||
-                                     fn->method == kInferenceManager ||
-                                     fn->method == kAutocastManager)) {
+  if (fn->is(ObjRole::kGradManager) || fn->is(ObjRole::kGradSet) ||
+      fn->is(ObjRole::kInferenceManager) || fn->is(ObjRole::kAutocastManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
-  if (fn->kind == VKind::kObject && !fn->method.empty()) {
+  if (fn->is_special_object()) {
     const std::string& name = fn->method;
     const ValuePtr self = args.at(0);
     if (self->kind == VKind::kTensor) {
@@ -450,7 +448,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       kwargs.empty() && (args[0]->kind == VKind::kObject || args[0]->kind == VKind::kConst) &&
       PyType_Check(args[0]->obj.ptr()) && args[1]->kind == VKind::kObject) {
     ValuePtr out = Value::object(args[0]->obj);  // super(C, self): as super() in C's methods
-    out->method = kSuper;
+    out->role = ObjRole::kSuper;
     out->bound_self = args[1];
     return out;
   }

@@ -17,12 +17,12 @@ bool real_grad_enabled() {
 
 py::object grad_mode_module() { return PyRefs::get().torch.attr("autograd").attr("grad_mode"); }
 
-// A kObject standing for a mode object of the trace (see the markers in value.h).
-ValuePtr mode_value(const char* marker, py::object obj) {
+// A kObject standing for a mode object of the trace (see the mode roles in value.h).
+ValuePtr mode_value(ObjRole role, py::object obj) {
   auto value = std::make_shared<Value>();
   value->kind = VKind::kObject;
   value->obj = std::move(obj);
-  value->method = marker;
+  value->role = role;
   return value;
 }
 
@@ -49,7 +49,7 @@ void Tracer::push_with_exit(ValuePtr exit) {
 
 ValuePtr Tracer::grad_mode_manager(py::handle cls) {
   // no_grad() / enable_grad(): no effect until entered.
-  return mode_value(kGradModeManager, py::reinterpret_borrow<py::object>(cls)());
+  return mode_value(ObjRole::kGradManager, py::reinterpret_borrow<py::object>(cls)());
 }
 
 ValuePtr Tracer::set_grad_enabled_call(const std::vector<ValuePtr>& args) {
@@ -59,7 +59,7 @@ ValuePtr Tracer::set_grad_enabled_call(const std::vector<ValuePtr>& args) {
   const bool prev = real_grad_enabled();
   const bool mode = args[0]->obj.cast<bool>();
   switch_grad_mode(mode);  // set_grad_enabled switches when it is made
-  return mode_value(kGradModeSet, py::make_tuple(py::bool_(prev), py::bool_(mode)));
+  return mode_value(ObjRole::kGradSet, py::make_tuple(py::bool_(prev), py::bool_(mode)));
 }
 
 void Tracer::switch_grad_mode(bool enabled) {
@@ -88,10 +88,10 @@ ValuePtr Tracer::inference_mode_call(const std::vector<ValuePtr>& args, const Kw
     FJ_UNSUPPORTED(kUnsupportedCall, "torch.inference_mode with a mode not known at trace time");
   }
   // No effect until entered.
-  return mode_value(kInferenceManager, PyRefs::get().torch.attr("inference_mode")(mode->obj));
+  return mode_value(ObjRole::kInferenceManager, PyRefs::get().torch.attr("inference_mode")(mode->obj));
 }
 
-void Tracer::enter_mode_block(const ValuePtr& manager, const char* exit_marker, py::object enter,
+void Tracer::enter_mode_block(const ValuePtr& manager, ObjRole exit_role, py::object enter,
                               const char* enter_text, std::vector<Arg> enter_args,
                               py::tuple real_args, py::object leave, const char* name_hint) {
   const CallSite site{frame().code, instr().offset};
@@ -104,14 +104,14 @@ void Tracer::enter_mode_block(const ValuePtr& manager, const char* exit_marker, 
   py::object context = enter(*real_args);  // the real thread state while the body is traced
   inference_contexts_.emplace_back(std::move(leave), context);
   inference_sites_.push_back(site);
-  ValuePtr exit = mode_value(exit_marker, context);
+  ValuePtr exit = mode_value(exit_role, context);
   exit->node = node;
   push_with_exit(std::move(exit));
 }
 
 void Tracer::enter_inference_mode(const ValuePtr& manager) {
   py::object mode = manager->obj.attr("mode");
-  enter_mode_block(manager, kInferenceExit, grad_mode_module().attr("_enter_inference_mode"),
+  enter_mode_block(manager, ObjRole::kInferenceExit, grad_mode_module().attr("_enter_inference_mode"),
                    "torch.autograd.grad_mode._enter_inference_mode", {Arg::constant(mode)},
                    py::make_tuple(mode), grad_mode_module().attr("_exit_inference_mode"),
                    "inference_mode");
@@ -141,7 +141,7 @@ ValuePtr Tracer::autocast_call(const std::vector<ValuePtr>& args, const KwValues
   py::object bound = py::module_::import("inspect").attr("signature")(
       PyRefs::get().torch.attr("autocast").attr("__init__")).attr("bind")(py::none(), *real_args, **real_kwargs);
   py::dict given = bound.attr("arguments");
-  ValuePtr value = mode_value(kAutocastManager, std::move(manager));  // no effect until entered
+  ValuePtr value = mode_value(ObjRole::kAutocastManager, std::move(manager));  // no effect until entered
   for (const char* name : {"device_type", "dtype", "enabled", "cache_enabled"}) {
     value->items.push_back(Value::constant(given.contains(name) ? py::object(given[name])
                                            : std::string(name) == "enabled" ? py::object(py::bool_(true))
@@ -156,29 +156,28 @@ void Tracer::check_no_open_inference_block(const std::string& why) {
 }
 
 void Tracer::enter_with(const ValuePtr& manager) {
-  const std::string& kind = manager->kind == VKind::kObject ? manager->method : std::string();
-  if (kind == kInferenceManager) {
+  if (manager->is(ObjRole::kInferenceManager)) {
     enter_inference_mode(manager);
-  } else if (kind == kAutocastManager) {
+  } else if (manager->is(ObjRole::kAutocastManager)) {
     // _enter_autocast(device_type, dtype, enabled, cache_enabled), as the manager holds them.
     py::object amp = PyRefs::get().torch.attr("amp").attr("autocast_mode");
     py::tuple vals = py::make_tuple(manager->items[0]->obj, manager->items[1]->obj,
                                     manager->items[2]->obj, manager->items[3]->obj);
     std::vector<Arg> enter_args;
     for (py::handle v : vals) enter_args.push_back(Arg::constant(py::reinterpret_borrow<py::object>(v)));
-    enter_mode_block(manager, kAutocastExit, amp.attr("_enter_autocast"),
+    enter_mode_block(manager, ObjRole::kAutocastExit, amp.attr("_enter_autocast"),
                      "torch.amp.autocast_mode._enter_autocast", std::move(enter_args), vals,
                      amp.attr("_exit_autocast"), "enter_autocast");
-  } else if (kind == kGradModeSet) {
+  } else if (manager->is(ObjRole::kGradSet)) {
     // `with torch.set_grad_enabled(mode):` switched when it was made; __enter__ sets it again,
     // __exit__ restores the mode from before it was made.
-    ValuePtr exit = mode_value(kGradModeExit, manager->obj[py::int_(0)]);
+    ValuePtr exit = mode_value(ObjRole::kGradExit, manager->obj[py::int_(0)]);
     switch_grad_mode(manager->obj[py::int_(1)].cast<bool>());
     push_with_exit(std::move(exit));
-  } else if (kind == kGradModeManager) {
+  } else if (manager->is(ObjRole::kGradManager)) {
     const bool enabled =
         PyObject_IsInstance(manager->obj.ptr(), PyRefs::get().torch.attr("enable_grad").ptr()) == 1;
-    ValuePtr exit = mode_value(kGradModeExit, py::bool_(real_grad_enabled()));  // what __exit__ restores
+    ValuePtr exit = mode_value(ObjRole::kGradExit, py::bool_(real_grad_enabled()));  // what __exit__ restores
     switch_grad_mode(enabled);
     push_with_exit(std::move(exit));
   } else {
@@ -192,10 +191,10 @@ ValuePtr Tracer::exit_with(const ValuePtr& exit, const std::vector<ValuePtr>& ar
       FJ_UNSUPPORTED(kUnsupportedCall, "__exit__ of a grad-mode block with an exception");
     }
   }
-  if (exit->method == kInferenceExit || exit->method == kAutocastExit) {
+  if (exit->is(ObjRole::kInferenceExit) || exit->is(ObjRole::kAutocastExit)) {
     FJ_CHECK(!inference_contexts_.empty() && inference_contexts_.back().second.is(exit->obj),
              "inference_mode / autocast blocks exited out of order");
-    const bool inference = exit->method == kInferenceExit;
+    const bool inference = exit->is(ObjRole::kInferenceExit);
     py::object leave = inference_contexts_.back().first;
     record_mode_switch(leave,
                        inference ? "torch.autograd.grad_mode._exit_inference_mode"

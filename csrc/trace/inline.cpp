@@ -79,7 +79,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   const bool has_varargs = (code->co_flags & CO_VARARGS) != 0;
   const bool has_varkw = (code->co_flags & CO_VARKEYWORDS) != 0;
   const std::string fname = name_of(code->co_qualname);
-  const bool made = fn && fn->method == kMadeFunction;
+  const bool made = fn && fn->is(ObjRole::kMadeFunction);
   std::vector<ValuePtr> locals(static_cast<size_t>(code->co_nlocalsplus));
   auto param = [&](int i) { return name_of(PyTuple_GET_ITEM(code->co_localsplusnames, i)); };
 
@@ -164,7 +164,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
 
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                          KwValues kwargs) {
-  const bool made = fn && fn->method == kMadeFunction;
+  const bool made = fn && fn->is(ObjRole::kMadeFunction);
   auto* code = reinterpret_cast<PyCodeObject*>(made ? fn->obj.ptr()
                                                     : PyFunction_GET_CODE(function.ptr()));
   const CallSite site{frame().code, instr().offset};
@@ -194,7 +194,7 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   callee->function = py::reinterpret_borrow<py::object>(function);
   callee->function_value = fn;
   callee->generator = genexpr;
-  callee->globals = made ? fn->pytype
+  callee->globals = made ? fn->globals
                          : py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
   callee->call_site = instr().offset;
   frames_.push_back(std::move(callee));
@@ -419,7 +419,7 @@ ValuePtr Tracer::zero_arg_super() {
     FJ_UNSUPPORTED(kUnsupportedCall, "super() with a first argument of kind {}", self->describe());
   }
   ValuePtr out = Value::object(cls->obj);
-  out->method = kSuper;
+  out->role = ObjRole::kSuper;
   out->bound_self = self;
   return out;
 }
@@ -441,7 +441,7 @@ ValuePtr Tracer::cell_get(const ValuePtr& cell) {
 }
 
 void Tracer::cell_set(const ValuePtr& cell, ValuePtr value) {
-  if (cell->kind != VKind::kCell || cell->source >= 0 || cell->method == "frozen") {
+  if (cell->kind != VKind::kCell || cell->source >= 0 || cell->frozen) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to a closure variable that outlives the call");
   }
   cell->items.assign(1, std::move(value));
@@ -464,7 +464,7 @@ void Tracer::copy_free_vars(int n) {
     }
     return;
   }
-  if (fr.function_value && fr.function_value->method == kMadeFunction) {
+  if (fr.function_value && fr.function_value->is(ObjRole::kMadeFunction)) {
     // A function made in the trace: its closure is the tuple of cells MAKE_FUNCTION took.
     const ValuePtr& cells = fr.function_value->items[2];
     FJ_CHECK(cells->kind == VKind::kTuple && static_cast<int>(cells->items.size()) == n,
@@ -489,7 +489,7 @@ void Tracer::copy_free_vars(int n) {
       if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
       cell->items.push_back(std::move(value));
       cell->source = -1;
-      cell->method = "frozen";  // a copy of a real cell's content: never stored into
+      cell->frozen = true;  // a copy of a real cell's content: never stored into
     }
     fr.locals[first + i] = cell;
   }

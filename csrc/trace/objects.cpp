@@ -12,7 +12,7 @@ void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
   auto self = std::make_shared<Value>();
   self->kind = VKind::kObject;
   self->obj = py::reinterpret_borrow<py::object>(cls);
-  self->method = kNewObject;
+  self->role = ObjRole::kNewObject;
   if (!PyFunction_Check(init.ptr())) {  // object.__init__: no arguments, nothing to run
     if (!args.empty() || !kwargs.empty()) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() takes no arguments", py::str(cls.attr("__name__")).cast<std::string>());
@@ -67,7 +67,7 @@ ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vect
   if (callable.ptr() == partial_type) {
     // partial(f, *args, **kw) of values fixed at trace time: the real object, used by reference.
     bool fixed = !args.empty();
-    for (const ValuePtr& a : args) fixed = fixed && (a->is_constant_tree() || (a->kind == VKind::kObject && a->method.empty() && !a->bound_self));
+    for (const ValuePtr& a : args) fixed = fixed && (a->is_constant_tree() || (a->is(ObjRole::kPlain) && !a->bound_self));
     for (const auto& kw : kwargs) fixed = fixed && kw.second->is_constant_tree();
     if (!fixed) FJ_UNSUPPORTED(kUnsupportedCall, "functools.partial of values made in the trace");
     py::list py_args;

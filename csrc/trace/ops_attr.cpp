@@ -44,13 +44,14 @@ void push_method(Tracer& t, const std::string& name) {
                      self->describe());
     }
     ValuePtr method = Value::object(function);
+    method->role = ObjRole::kTypeMethod;
     method->method = name;
     t.push(method);
     t.push(self);
     return;
   }
   ValuePtr attribute = t.attr(self, name);
-  if (attribute->method == "__property__") {
+  if (attribute->is(ObjRole::kProperty)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "calling the value of property {}", name);
   }
   if (attribute->kind == VKind::kObject && attribute->bound_self &&
@@ -72,7 +73,7 @@ void op_load_attr(Tracer& t, const Instr& i) {
   }
   ValuePtr base = t.pop();
   ValuePtr attribute = t.attr(base, name);
-  if (attribute->method == "__property__") {  // the getter's result is what LOAD_ATTR pushes
+  if (attribute->is(ObjRole::kProperty)) {  // the getter's result is what LOAD_ATTR pushes
     t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
     return;
   }

@@ -85,9 +85,9 @@ void op_make_function(Tracer& t, const Instr& i) {
     FJ_UNSUPPORTED(kUnsupportedValue, "MAKE_FUNCTION with defaults or closure not traced");
   }
   ValuePtr fn = Value::object(code->obj);
-  fn->method = kMadeFunction;
+  fn->role = ObjRole::kMadeFunction;
   fn->items = {defaults, kwdefaults, closure};
-  fn->pytype = t.frame_globals();
+  fn->globals = t.frame_globals();
   t.push(fn);
 }
 

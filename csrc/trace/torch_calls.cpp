@@ -606,6 +606,7 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
     // x.reshape read as a value (x.reshape(-1, *shape) compiles to LOAD_ATTR + CALL_FUNCTION_EX):
     // a method bound to the traced tensor, Tensor.<name> if it outlives the region.
     ValuePtr method = Value::object(refs.tensor_type.attr(name.c_str()));
+    method->role = ObjRole::kTypeMethod;
     method->method = name;
     method->bound_self = tensor;
     return method;

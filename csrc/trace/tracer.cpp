@@ -555,7 +555,7 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
     case VKind::kConst:
       return Rebuild::constant(value->obj);
     case VKind::kObject:
-      if (value->method == kNewObject) {  // an object made in the trace, escaping
+      if (value->role == ObjRole::kNewObject) {  // an object made in the trace, escaping
         py::tuple names(value->keys.size());
         for (size_t i = 0; i < value->keys.size(); ++i) names[i] = value->keys[i];
         std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(names)};
@@ -565,34 +565,34 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         r.memo = value->memo;
         return r;
       }
-      if (value->method == kGradModeManager) {  // a fresh, not yet entered manager
+      if (value->role == ObjRole::kGradManager) {  // a fresh, not yet entered manager
         return Rebuild::call(py::reinterpret_borrow<py::object>(
                                  reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});
       }
-      if (value->method == kInferenceManager) {  // made in the trace, not yet entered
+      if (value->role == ObjRole::kInferenceManager) {  // made in the trace, not yet entered
         return Rebuild::call(PyRefs::get().torch.attr("inference_mode"),
                              {Rebuild::constant(value->obj.attr("mode"))});
       }
-      if (value->method == kAutocastManager) {  // made in the trace, not yet entered
+      if (value->role == ObjRole::kAutocastManager) {  // made in the trace, not yet entered
         std::vector<Rebuild> given;
         for (const auto& item : value->items) given.push_back(Rebuild::constant(item->obj));
         return Rebuild::call(PyRefs::get().torch.attr("autocast"), std::move(given));
       }
-      FJ_CHECK(value->method != kInferenceExit && value->method != kAutocastExit,
+      FJ_CHECK(value->role != ObjRole::kInferenceExit && value->role != ObjRole::kAutocastExit,
                "a region ends inside an in-graph inference_mode or autocast block");
-      if (value->method == kGradModeSet) {  // made (and switched) in the trace, not yet entered
+      if (value->role == ObjRole::kGradSet) {  // made (and switched) in the trace, not yet entered
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
                              {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});
       }
-      if (value->method == kGradModeExit) {  // the __exit__ of a block the region ends inside
+      if (value->role == ObjRole::kGradExit) {  // the __exit__ of a block the region ends inside
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }
-      if (value->method == kSuper) {  // super() kept across the exit: super(cls, self)
+      if (value->role == ObjRole::kSuper) {  // super() kept across the exit: super(cls, self)
         return Rebuild::call(py::module_::import("builtins").attr("super"),
                              {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
       }
-      if (value->method == kMadeFunction) {  // a function made in the trace, escaping
-        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->pytype)};
+      if (value->role == ObjRole::kMadeFunction) {  // a function made in the trace, escaping
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->globals)};
         for (const auto& part : value->items) parts.push_back(rebuild_of(part));
         for (auto& part : parts) {
           if (part.kind == Rebuild::Kind::kNull) part = Rebuild::constant(py::none());
@@ -606,7 +606,7 @@ Rebuild Tracer::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(py::module_::import("types").attr("MethodType"),
                              {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
       }
-      if (!value->method.empty()) {
+      if (value->role == ObjRole::kTypeMethod) {
         // LOAD_METHOD's [method, self] pair: CPython holds the function found on the type.
         FJ_CHECK(value->obj && !value->obj.is_none(), "method marker without its function");
       }

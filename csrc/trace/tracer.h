@@ -348,7 +348,7 @@ class Tracer {
   // function that leaves it and its trace-time context, innermost last.
   std::vector<CallSite> inference_sites_;
   std::vector<std::pair<py::object, py::object>> inference_contexts_;
-  void enter_mode_block(const ValuePtr& manager, const char* exit_marker, py::object enter,
+  void enter_mode_block(const ValuePtr& manager, ObjRole exit_role, py::object enter,
                         const char* enter_text, std::vector<Arg> enter_args,
                         py::tuple real_args, py::object leave, const char* name_hint);
   std::string size_read_;  // the first way a size was read, "" if none

@@ -33,37 +33,36 @@ const char* vkind_name(VKind kind);
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
 
-// Value::method of a kObject made by MAKE_FUNCTION in the trace (a lambda, nested def or
-// comprehension): obj is its code object, pytype its globals dict, items its defaults tuple,
-// keyword defaults dict and closure tuple (kNull where absent).
-inline constexpr const char* kMadeFunction = "<made function>";
-
-// Value::method of a kObject instance of a plain user class created by the trace (`Point(x, y)`,
-// a dataclass): obj is the class, keys / items its instance attributes so far. It exists only in
-// the trace; a region exit that needs it builds a real object (framejit._support.new_object).
-inline constexpr const char* kNewObject = "<new object>";
-
-// Value::method of a kObject made by super(): obj is the class whose parents are searched
-// (__class__ of the method), bound_self the method's first argument.
-inline constexpr const char* kSuper = "<super>";
-
-// Value::method of torch.no_grad() / torch.enable_grad() made in the trace (obj: the real,
-// not yet entered manager), and of the __exit__ a `with` on one pushes (obj: the grad mode it
-// restores, a bool). See grad_mode.cpp.
-inline constexpr const char* kGradModeManager = "<grad mode manager>";
-// torch.set_grad_enabled(mode) called in the trace (it switches at once): obj is (prev, mode).
-inline constexpr const char* kGradModeSet = "<grad mode set>";
-inline constexpr const char* kGradModeExit = "<grad mode exit>";
-// torch.inference_mode(mode) made in the trace (obj: the real, not yet entered manager), and
-// the __exit__ its `with` pushes (obj: the trace-time context; node: the graph's enter node).
-inline constexpr const char* kInferenceManager = "<inference mode manager>";
-inline constexpr const char* kInferenceExit = "<inference mode exit>";
-// torch.autocast(...) made in the trace (obj: the real, not yet entered manager; items: the
-// call's device_type, dtype, enabled, cache_enabled as given, None where not, so that defaults
-// are read when the graph runs), and the
-// __exit__ its `with` pushes (obj: the trace-time mode; node: the graph's enter node).
-inline constexpr const char* kAutocastManager = "<autocast manager>";
-inline constexpr const char* kAutocastExit = "<autocast exit>";
+// What a kObject stands for. Most are plain Python objects used by reference; the others exist
+// only in the trace (or are the pieces of a bound method), and each role says what the fields
+// hold. See grad_mode.cpp for the mode roles.
+enum class ObjRole : uint8_t {
+  kPlain,          // obj: the object; bound_self set: a Python function bound to that instance
+  kTypeMethod,     // a method of the receiver's type (Tensor.add, list.append): obj: the function
+                   // found on the type; method: its name; bound_self: the tensor when read by
+                   // LOAD_ATTR (after LOAD_METHOD, self is the next stack entry)
+  kProperty,       // obj: a property's getter; bound_self: the instance it is read from
+  kMadeFunction,   // made by MAKE_FUNCTION (lambda, nested def, comprehension): obj: its code
+                   // object; globals: its globals dict; items: defaults tuple, keyword defaults
+                   // dict, closure tuple (kNull where absent)
+  kNewObject,      // an instance of a plain user class created by the trace (`Point(x, y)`, a
+                   // dataclass): obj: the class; keys / items: its instance attributes so far. A
+                   // region exit that needs it builds a real one (_support.new_object)
+  kSuper,          // made by super(): obj: the class whose parents are searched (__class__ of the
+                   // method); bound_self: the method's first argument
+  kGradManager,    // torch.no_grad() / enable_grad() made in the trace: obj: the real manager,
+                   // not yet entered
+  kGradSet,        // torch.set_grad_enabled(mode) called in the trace (it switches at once):
+                   // obj: (prev, mode)
+  kGradExit,       // the __exit__ a `with` on a grad-mode manager pushes: obj: the mode it
+                   // restores (a bool)
+  kInferenceManager,  // torch.inference_mode(mode) made in the trace: obj: the real manager
+  kInferenceExit,     // its `with`'s __exit__: obj: the trace-time context; node: the enter node
+  kAutocastManager,   // torch.autocast(...) made in the trace: obj: the real manager; items:
+                      // device_type, dtype, enabled, cache_enabled as given (None where not, so
+                      // defaults are read when the graph runs)
+  kAutocastExit,      // its `with`'s __exit__: obj: the trace-time mode; node: the enter node
+};
 
 struct Value {
   VKind kind = VKind::kConst;
@@ -74,7 +73,10 @@ struct Value {
   std::vector<ValuePtr> items;   // kTuple, kList, kDict (values)
   std::vector<py::object> keys;  // kDict
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type
-  std::string method;            // kObject pushed by LOAD_METHOD on a tensor: the method name
+  ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
+  std::string method;            // kObject kTypeMethod: the method's name
+  py::object globals;            // kObject kMadeFunction: the function's globals dict
+  bool frozen = false;           // kCell: a copy of a real cell's content, never stored into
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
   size_t index = 0;              // kIter: items consumed so far
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
@@ -96,6 +98,10 @@ struct Value {
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }
   bool is_sequence() const { return kind == VKind::kTuple || kind == VKind::kList; }
+  // A kObject in this role (a plain object: role kPlain).
+  bool is(ObjRole r) const { return kind == VKind::kObject && role == r; }
+  // A kObject that is not a plain object (a trace-only object or a bound method's piece).
+  bool is_special_object() const { return kind == VKind::kObject && role != ObjRole::kPlain; }
   // A number computed from tensor sizes and constants only (no run-time entry numbers).
   bool is_size_expr() const;
   // Whether a size expression occurs anywhere in this value (containers searched).
