@@ -12,6 +12,7 @@
 #include "runtime/compiled_function.h"
 #include "runtime/eval_frame.h"
 #include "runtime/frame_runtime.h"
+#include "trace/kinds.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -76,6 +77,26 @@ PYBIND11_MODULE(_C, m) {
   py::object runner_type = py::reinterpret_steal<py::object>(make_graph_runner_type());
   if (!runner_type) throw py::error_already_set();
   m.attr("GraphRunner") = runner_type;
+
+  // The kinds framejit._support answers in (trace/kinds.h): one definition for both halves.
+#define FJ_PY_VALUE(name, py_name) .value(#py_name, Kind::name)
+  {
+    using Kind = CallableKind;
+    py::enum_<Kind>(m, "CallableKind") FJ_FOREACH_CALLABLE_KIND(FJ_PY_VALUE);
+  }
+  {
+    using Kind = AttrKind;
+    py::enum_<Kind>(m, "AttrKind") FJ_FOREACH_ATTR_KIND(FJ_PY_VALUE);
+  }
+  {
+    using Kind = Presence;
+    py::enum_<Kind>(m, "Presence") FJ_FOREACH_PRESENCE(FJ_PY_VALUE);
+  }
+  {
+    using Kind = TensorMethodKind;
+    py::enum_<Kind>(m, "TensorMethodKind") FJ_FOREACH_TENSOR_METHOD_KIND(FJ_PY_VALUE);
+  }
+#undef FJ_PY_VALUE
 
   m.def("_init", [](py::object support) { PyRefs::init(std::move(support)); },
         "Connects the C++ core to framejit._support (called once by framejit/__init__.py).");

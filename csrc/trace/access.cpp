@@ -13,7 +13,7 @@ namespace {
 // would answer them: instance state (the instance __dict__, or an nn.Module's _parameters /
 // _buffers / _modules) and plain functions defined on the class. False for anything else
 // (classes, properties, other descriptors, class values, missing names): ask resolve_attribute.
-bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py::object& value) {
+bool quick_resolve(PyObject* obj, const std::string& name, AttrKind& kind, py::object& value) {
   if (PyType_Check(obj) || Py_TYPE(obj)->tp_dictoffset == 0) return false;
   py::str key(name);
   PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), key.ptr());  // Borrowed; sets no error
@@ -26,14 +26,14 @@ bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py
   py::object own = py::reinterpret_steal<py::object>(dict);
   if (!PyDict_Check(dict)) return false;
   if (PyDict_GetItemWithError(dict, key.ptr()) != nullptr) {  // Borrowed
-    kind = "instance";
+    kind = AttrKind::kInstance;
     value = py::str("__dict__");
     return true;
   }
   for (const char* store : {"_parameters", "_buffers", "_modules"}) {
     PyObject* held = PyDict_GetItemString(dict, store);  // Borrowed
     if (held != nullptr && PyDict_Check(held) && PyDict_GetItemWithError(held, key.ptr()) != nullptr) {
-      kind = "instance";
+      kind = AttrKind::kInstance;
       value = py::str(store);
       return true;
     }
@@ -43,7 +43,7 @@ bool quick_resolve(PyObject* obj, const std::string& name, std::string& kind, py
     return false;
   }
   if (on_class != nullptr && PyFunction_Check(on_class)) {
-    kind = "function";
+    kind = AttrKind::kFunction;
     value = py::reinterpret_borrow<py::object>(on_class);
     return true;
   }
@@ -93,15 +93,15 @@ ValuePtr wrap_unsourced(py::object value) {
   return constant ? Value::constant(std::move(value)) : Value::object(std::move(value));
 }
 
-ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const ValuePtr& self) {
+ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self) {
   ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(fn));
-  if (kind == "function" || kind == "property") method->bound_self = self;
-  if (kind == "classmethod") {
+  if (kind == AttrKind::kFunction || kind == AttrKind::kProperty) method->bound_self = self;
+  if (kind == AttrKind::kClassMethod) {
     const bool self_is_class = self->kind == VKind::kObject && !self->is(ObjRole::kNewObject) &&
                                PyType_Check(self->obj.ptr());
     method->bound_self = self_is_class ? self : Value::object(type_of(self));
   }
-  if (kind == "property") method->role = ObjRole::kProperty;
+  if (kind == AttrKind::kProperty) method->role = ObjRole::kProperty;
   return method;
 }
 
@@ -164,27 +164,27 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
                       PyType_Check(base->bound_self->obj.ptr())),
             name);
         // super().method: the parent's function, bound to the traced self.
-        const std::string kind = how[0].cast<std::string>();
-        if (kind == "missing") {
+        const auto kind = how[0].cast<AttrKind>();
+        if (kind == AttrKind::kMissing) {
           FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
         }
         return bind_class_attribute(kind, how[1], base->bound_self);
       }
-      std::string kind;
+      AttrKind kind = AttrKind::kMissing;
       py::object found;
       if (!quick_resolve(obj, name, kind, found)) {
         py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
-        kind = how[0].cast<std::string>();
+        kind = how[0].cast<AttrKind>();
         found = how[1];
       }
-      if (kind == "instance" && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
+      if (kind == AttrKind::kInstance && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
         // A parameter, buffer or submodule: read from the module's own dict on every call
         // (C dict lookups), not through nn.Module.__getattr__ (a Python call per attribute).
         ValuePtr store = load_source(sources_.attr(base->source, py::str(found).cast<std::string>()));
         FJ_CHECK(store != nullptr && store->source >= 0, "module store unreadable");
         return item(store, Value::constant(py::str(name)));
       }
-      if (kind == "instance" || kind == "class_value") {
+      if (kind == AttrKind::kInstance || kind == AttrKind::kClassValue) {
         if (base->source < 0) break;
         ValuePtr value = load_source(sources_.attr(base->source, name));
         if (!value) {
@@ -192,8 +192,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         }
         return value;
       }
-      if (kind == "function" || kind == "property" || kind == "classmethod" ||
-          kind == "staticmethod" || kind == "plain_function") {
+      if (is_function_like(kind)) {
         return bind_class_attribute(kind, found, base);
       }
       break;
@@ -321,12 +320,12 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
       }
       if (pending_attr(base, name)) return true;  // stored earlier in this region
       py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
-      const std::string verdict = how[0].cast<std::string>();
-      if (verdict == "unknown") {
+      const auto verdict = how[0].cast<Presence>();
+      if (verdict == Presence::kUnknown) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {} (a property, slot or __getattr__ "
                        "could decide it)", name, base->describe());
       }
-      const bool present = verdict == "present";
+      const bool present = verdict == Presence::kPresent;
       if (base->source < 0) return present;  // read through unguarded constants (torch.nn.functional)
       // Guarded: the instance dicts hold it (or not), and the class is unchanged.
       py::object stores = present ? py::object(py::make_tuple(how[1]))
@@ -455,8 +454,8 @@ void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
     FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} on {}", name, target->describe());
   }
   py::tuple how = PyRefs::get().support.attr("resolve_attribute")(target->obj, name);
-  const std::string kind = how[0].cast<std::string>();
-  if (kind == "property" || kind == "function") {
+  const auto kind = how[0].cast<AttrKind>();
+  if (kind == AttrKind::kProperty || kind == AttrKind::kFunction) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, which the class defines", name);
   }
   attr_writes_.push_back({target, name, std::move(value)});

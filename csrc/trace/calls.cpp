@@ -134,13 +134,12 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
   return false;
 }
 
-// Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
-const std::string& tensor_method_kind(const std::string& name) {
-  static std::unordered_map<std::string, std::string> cache;
+TensorMethodKind tensor_method_kind(const std::string& name) {
+  static std::unordered_map<std::string, TensorMethodKind> cache;
   auto it = cache.find(name);
   if (it == cache.end()) {
-    std::string kind = PyRefs::get().support.attr("tensor_method_kind")(name).cast<std::string>();
-    it = cache.emplace(name, std::move(kind)).first;
+    auto kind = PyRefs::get().support.attr("tensor_method_kind")(name).cast<TensorMethodKind>();
+    it = cache.emplace(name, kind).first;
   }
   return it->second;
 }
@@ -323,12 +322,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     const std::string& name = fn->method;
     const ValuePtr self = args.at(0);
     if (self->kind == VKind::kTensor) {
-      const std::string& kind = tensor_method_kind(name);
-      if (kind == "op") {
+      const TensorMethodKind kind = tensor_method_kind(name);
+      if (kind == TensorMethodKind::kOp) {
         return record_call(NodeKind::kCallMethod, py::none(), name, std::move(args),
                            std::move(kwargs), "", name);
       }
-      if (kind == "query") {
+      if (kind == TensorMethodKind::kMetadata) {
         if (name == "size" && kwargs.empty() && args.size() <= 2) {
           if (args.size() == 1) return tensor_shape(self, "Tensor.size()");
           const ValuePtr dim = concretize(args[1]);
@@ -414,13 +413,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return nullptr;
   }
   // One cached classification per callable object decides the rest.
-  const std::string& kind = refs.classify(callable);
-  if (kind == "grad_mode_manager" && args.empty() && kwargs.empty()) {
+  const CallableKind kind = refs.classify(callable);
+  if (kind == CallableKind::kGradModeManager && args.empty() && kwargs.empty()) {
     return grad_mode_manager(callable);
   }
-  if (kind == "module_listing") return module_listing(callable, args, kwargs);
-  if (kind == "attribute_builtin") return attribute_builtin(callable, args, kwargs);
-  if (kind == "next_builtin" && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
+  if (kind == CallableKind::kModuleListing) return module_listing(callable, args, kwargs);
+  if (kind == CallableKind::kAttributeBuiltin) return attribute_builtin(callable, args, kwargs);
+  if (kind == CallableKind::kNextBuiltin && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
       args[0]->kind == VKind::kIter) {
     // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())).
     ValuePtr it = args[0];
@@ -428,14 +427,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
-  if (kind == "inference_mode") return inference_mode_call(args, kwargs);
-  if (kind == "autocast") return autocast_call(args, kwargs);
-  if (kind == "set_grad_enabled" && kwargs.empty()) return set_grad_enabled_call(args);
-  if (kind == "grad_mode_clone" && args.empty() && kwargs.empty()) {
+  if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
+  if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
+  if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(args);
+  if (kind == CallableKind::kGradModeClone && args.empty() && kwargs.empty()) {
     // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
     return grad_mode_manager(py::type::handle_of(callable.attr("__self__")));
   }
-  if (kind == "grad_mode_wrapper") {
+  if (kind == CallableKind::kGradModeWrapper) {
     // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():
     // return func(*args, **kwargs)`) is traced like user code.
     inline_call(fn, callable, std::move(args), std::move(kwargs));
@@ -462,16 +461,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return nullptr;
     }
   }
-  if (kind.empty() && PyFunction_Check(callable.ptr()) && is_user_function(host_, callable)) {
+  if (kind == CallableKind::kNotTraced && PyFunction_Check(callable.ptr()) && is_user_function(host_, callable)) {
     inline_call(fn, callable, std::move(args), std::move(kwargs));
     return nullptr;
   }
-  if (kind == "torch") {
+  if (kind == CallableKind::kTorchOp) {
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
   }
   IteratorsConsumed consumed;
-  if (kind == "builtin" && consumes_iterables(callable_name(callable))) {
+  if (kind == CallableKind::kBuiltin && consumes_iterables(callable_name(callable))) {
     // What these builtins iterate: an iterator unrolled at trace time (a generator expression's
     // yields) is consumed whole; a ModuleList / Sequential / ModuleDict gives its children (or
     // keys), read by source.
@@ -495,7 +494,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       kwargs.clear();
     }
   }
-  if (kind == "builtin" && kwargs.empty()) {
+  if (kind == CallableKind::kBuiltin && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);
     if ((name == "enumerate" || name == "zip" || name == "reversed") && !args.empty()) {
@@ -539,7 +538,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
     }
   }
-  if (kind == "builtin" && !any_tensor(args, kwargs)) {
+  if (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs)) {
     bool symbolic = false;
     bool sizes = false;
     for (const auto& a : args) {
@@ -581,14 +580,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       for (auto& kw : kwargs) kw.second = concretize(kw.second);
     }
   }
-  if (kind == "query" || (kind == "builtin" && !any_tensor(args, kwargs))) {
-    if (kind == "query") make_constant_args(args, kwargs);
+  if (kind == CallableKind::kQuery || (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs))) {
+    if (kind == CallableKind::kQuery) make_constant_args(args, kwargs);
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() on values not known at trace time",
                      callable_name(callable));
     }
     try {
-      if (kind == "query") {
+      if (kind == CallableKind::kQuery) {
         if (is_size_query(callable_name(callable)) && any_tensor(args, kwargs)) {
           note_size_read(callable_name(callable) + "()");
         }
@@ -604,7 +603,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
                      e.what());
     }
   }
-  if (kind == "builtin") {
+  if (kind == CallableKind::kBuiltin) {
     // A builtin applied to tensors: the few that are tensor ops, or answered from metadata.
     const std::string name = callable_name(callable);
     const std::string module = py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>();
@@ -620,7 +619,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return constant_result(call_python(callable, args, kwargs), "torch.Size");
   }
   if (fn->kind == VKind::kObject && fn->source >= 0 && !PyType_Check(callable.ptr()) &&
-      refs.support.attr("resolve_attribute")(callable, "__call__")[py::int_(0)].cast<std::string>() == "function") {
+      refs.support.attr("resolve_attribute")(callable, "__call__")[py::int_(0)].cast<AttrKind>() ==
+          AttrKind::kFunction) {
     // An instance of a user class with __call__: its method, bound to it.
     return call(attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }

@@ -33,12 +33,12 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
   }
   if (name == "__class__") return Value::object(self->obj);
   py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);
-  const std::string kind = how[0].cast<std::string>();
-  if (kind == "missing") {
+  const auto kind = how[0].cast<AttrKind>();
+  if (kind == AttrKind::kMissing) {
     FJ_UNSUPPORTED(kUnsupportedValue, "{} object has no attribute '{}' the trace can read",
                    py::str(self->obj.attr("__name__")).cast<std::string>(), name);
   }
-  if (kind == "class_value") {
+  if (kind == AttrKind::kClassValue) {
     // A class attribute read as it is now (like methods of user classes, not guarded).
     return wrap_unsourced(py::reinterpret_borrow<py::object>(how[1]));
   }
@@ -47,8 +47,8 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
 
 void Tracer::new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value) {
   py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);
-  const std::string kind = how[0].cast<std::string>();
-  if (kind == "property") {
+  const auto kind = how[0].cast<AttrKind>();
+  if (kind == AttrKind::kProperty) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, a property of the class", name);
   }
   for (size_t i = 0; i < self->keys.size(); ++i) {

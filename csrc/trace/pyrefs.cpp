@@ -44,8 +44,13 @@ void PyRefs::init(py::object support_module) {
   r.warning_category = r.support.attr("FramejitWarning");
 }
 
-const std::string& PyRefs::classify(py::handle fn) {
-  return cached(classify_cache_, fn, "classify_callable", support);
+CallableKind PyRefs::classify(py::handle fn) {
+  auto it = classify_cache_.find(fn.ptr());
+  if (it != classify_cache_.end()) return it->second.second;
+  const auto kind = support.attr("classify_callable")(fn).cast<CallableKind>();
+  // The reference keeps the pointer key from being reused by another object.
+  classify_cache_[fn.ptr()] = {py::reinterpret_borrow<py::object>(fn), kind};
+  return kind;
 }
 
 const std::string& PyRefs::target_text(py::handle fn) {

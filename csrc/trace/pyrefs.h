@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "common/py.h"
+#include "trace/kinds.h"
 
 namespace framejit {
 
@@ -29,8 +30,8 @@ struct PyRefs {
   static PyRefs& get();
   static void init(py::object support_module);
 
-  // Cached per object: framejit._support.classify_callable(fn) -> "torch", "query", "builtin", "".
-  const std::string& classify(py::handle fn);
+  // Cached per object: framejit._support.classify_callable(fn).
+  CallableKind classify(py::handle fn);
   // Cached per object: the printed name of a call target ("torch.add", "torch.nn.functional.relu").
   const std::string& target_text(py::handle fn);
   // Cached per dtype object: "f32", "i64", ...
@@ -40,7 +41,7 @@ struct PyRefs {
   const std::string& short_dtype_of(int8_t code, py::handle tensor);
 
  private:
-  std::unordered_map<PyObject*, std::pair<py::object, std::string>> classify_cache_;
+  std::unordered_map<PyObject*, std::pair<py::object, CallableKind>> classify_cache_;
   std::unordered_map<PyObject*, std::pair<py::object, std::string>> target_cache_;
   std::unordered_map<PyObject*, std::pair<py::object, std::string>> dtype_cache_;
   std::string dtype_by_code_[128];

@@ -601,8 +601,8 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
     return record_call(NodeKind::kCallFunction, getattr_fn, "",
                        {tensor, Value::constant(py::str(name))}, {}, "", "getattr");
   }
-  const std::string& kind = tensor_method_kind(name);
-  if (kind == "op" || kind == "query") {
+  const TensorMethodKind kind = tensor_method_kind(name);
+  if (kind == TensorMethodKind::kOp || kind == TensorMethodKind::kMetadata) {
     // x.reshape read as a value (x.reshape(-1, *shape) compiles to LOAD_ATTR + CALL_FUNCTION_EX):
     // a method bound to the traced tensor, Tensor.<name> if it outlives the region.
     ValuePtr method = Value::object(refs.tensor_type.attr(name.c_str()));

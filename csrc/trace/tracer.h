@@ -21,6 +21,7 @@
 #include "guards/source.h"
 #include "region/exit.h"
 #include "region/rebuild.h"
+#include "trace/kinds.h"
 #include "trace/size_deps.h"
 #include "trace/trace_host.h"
 #include "trace/value.h"
@@ -99,10 +100,10 @@ py::object type_of(const ValuePtr& value);
 // "cpu", "cuda:0", ...: str() of a torch.device (read directly) or of anything else.
 std::string device_string(py::handle device);
 
-// A function-like class attribute resolved for `self` by framejit._support (kind "function",
-// "property", "classmethod", "staticmethod" or "plain_function"), bound as Python binds it:
-// methods and property getters to self, classmethods to self's class. Borrowed: fn.
-ValuePtr bind_class_attribute(const std::string& kind, py::handle fn, const ValuePtr& self);
+// A function-like class attribute resolved for `self` by framejit._support (is_function_like),
+// bound as Python binds it: methods and property getters to self, classmethods to self's class.
+// Borrowed: fn.
+ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self);
 
 // The items a value yields when iterated, if the trace knows them one by one (tuples, lists,
 // an unrolled iterator's remaining items, constant tuples and ranges). Reading does not consume
@@ -113,8 +114,8 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 // one of `names`.
 bool base_name_in(const std::string& text, std::initializer_list<const char*> names);
 
-// Tensor methods: "op" (graph node), "query" (metadata, constant result), "" (not traceable).
-const std::string& tensor_method_kind(const std::string& name);
+// What the Tensor method `name` is to the tracer (cached _support.tensor_method_kind).
+TensorMethodKind tensor_method_kind(const std::string& name);
 
 class Tracer {
  public:

@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
@@ -75,44 +76,46 @@ _QUERY_METHODS = {
 }
 
 
-def classify_callable(fn) -> str:
-    """'torch' (graph op), 'query' (constant from metadata), 'builtin' (pure), a grad-mode kind
-    (see _grad_mode_kind), or '' (not traced)."""
+def classify_callable(fn) -> CallableKind:
+    """What fn is to the tracer: TORCH_OP (graph op), QUERY (constant from metadata), BUILTIN
+    (pure), a grad-mode kind (see _grad_mode_kind), the listings and builtins the tracer answers
+    itself, or NOT_TRACED."""
     mode_kind = _grad_mode_kind(fn)
-    if mode_kind:
+    if mode_kind is not CallableKind.NOT_TRACED:
         return mode_kind
     try:
         if fn in _MODULE_LISTINGS:
-            return "module_listing"
+            return CallableKind.MODULE_LISTING
         if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr:
-            return "attribute_builtin"
+            return CallableKind.ATTRIBUTE_BUILTIN
         if fn is builtins.next:
-            return "next_builtin"
+            return CallableKind.NEXT_BUILTIN
         if fn in _NOT_OPS:
-            return ""
+            return CallableKind.NOT_TRACED
         if fn in _QUERIES:
-            return "query"
+            return CallableKind.QUERY
         if fn in _PURE_BUILTINS:
-            return "builtin"
+            return CallableKind.BUILTIN
     except TypeError:  # unhashable callables
-        return ""
+        return CallableKind.NOT_TRACED
     module = getattr(fn, "__module__", None) or ""
     if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
-        return "builtin"
+        return CallableKind.BUILTIN
     if isinstance(fn, type):
-        return ""
+        return CallableKind.NOT_TRACED
     if module == "torch" or module.startswith("torch."):
         if module.startswith(_NOT_OPS_PREFIXES):
-            return ""
+            return CallableKind.NOT_TRACED
         if getattr(fn, "__name__", "") in ("__enter__", "__exit__"):
-            return ""  # a torch context manager entered by the runtime: not an op
+            return CallableKind.NOT_TRACED  # a torch context manager the runtime enters
         if module == "torch.nn.functional" and _is_private_python_helper(fn):
-            return ""  # F._none_or_dtype, F._canonical_mask, ...: traced through, like user code
-        return "torch"
+            # F._none_or_dtype, F._canonical_mask, ...: traced through, like user code
+            return CallableKind.NOT_TRACED
+        return CallableKind.TORCH_OP
     owner = getattr(fn, "__self__", None)
     if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
-        return "torch"
-    return ""
+        return CallableKind.TORCH_OP
+    return CallableKind.NOT_TRACED
 
 
 # nn.Module's generators over its tree (Module.modules, named_parameters, ...): answered at trace
@@ -128,13 +131,14 @@ def _is_private_python_helper(fn) -> bool:
     return isinstance(fn, types.FunctionType) and fn.__name__.startswith("_")
 
 
-def tensor_method_kind(name: str) -> str:
-    """'op' (graph node), 'query' (constant), or '' (needs data / not a Tensor method)."""
+def tensor_method_kind(name: str) -> TensorMethodKind:
+    """OP (graph node), METADATA (constant), or NOT_TRACEABLE (needs data / not a Tensor method)."""
     if name in _DATA_METHODS:
-        return ""
+        return TensorMethodKind.NOT_TRACEABLE
     if name in _QUERY_METHODS:
-        return "query"
-    return "op" if callable(getattr(torch.Tensor, name, None)) else ""
+        return TensorMethodKind.METADATA
+    return (TensorMethodKind.OP if callable(getattr(torch.Tensor, name, None))
+            else TensorMethodKind.NOT_TRACEABLE)
 
 
 _NAMESPACES = (
@@ -235,12 +239,12 @@ def _class_attribute(klass, name: str):
     return _MISSING
 
 
-def _function_kind(found, plain: str):
+def _function_kind(found, plain: AttrKind):
     """(kind, function) for the function-like class attributes, else None."""
     if isinstance(found, staticmethod):
-        return ("staticmethod", found.__func__)
+        return (AttrKind.STATICMETHOD, found.__func__)
     if isinstance(found, classmethod):
-        return ("classmethod", found.__func__)
+        return (AttrKind.CLASSMETHOD, found.__func__)
     if isinstance(found, types.FunctionType):
         return (plain, found)
     return None
@@ -248,18 +252,19 @@ def _function_kind(found, plain: str):
 
 def _class_level_kind(found, class_value):
     """(kind, value) for a class attribute as an instance sees it: 'property' (its getter),
-    the function-like kinds, 'class_value' (value: class_value), or 'missing' (absent, or a
+    the function-like kinds, CLASS_VALUE (value: class_value), or MISSING (absent, or a
     descriptor that would run code)."""
     if found is _MISSING:
-        return ("missing", None)
+        return (AttrKind.MISSING, None)
     if isinstance(found, property):
-        return ("property", found.fget) if found.fget is not None else ("missing", None)
-    kind = _function_kind(found, "function")
+        return (AttrKind.PROPERTY, found.fget) if found.fget is not None else (AttrKind.MISSING,
+                                                                               None)
+    kind = _function_kind(found, AttrKind.FUNCTION)
     if kind is not None:
         return kind
     if hasattr(type(found), "__get__"):  # other descriptors run code: not traced
-        return ("missing", None)
-    return ("class_value", class_value)
+        return (AttrKind.MISSING, None)
+    return (AttrKind.CLASS_VALUE, class_value)
 
 
 def _instance_store(obj, name: str):
@@ -278,54 +283,54 @@ def _instance_store(obj, name: str):
 
 def resolve_attribute(obj, name: str):
     """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
-    'instance' (plain instance state; value: "__dict__" or the nn.Module dict holding it),
-    'function' (bound to obj), 'plain_function' (a function read off a class), 'staticmethod',
-    'classmethod' (value: the function), 'property' (value: fget), 'class_value' (a plain class
-    attribute) or 'missing'."""
+    an AttrKind: INSTANCE (plain instance state; value: "__dict__" or the nn.Module dict holding
+    it), FUNCTION (bound to obj), PLAIN_FUNCTION (a function read off a class), STATICMETHOD,
+    CLASSMETHOD (value: the function), PROPERTY (value: fget), CLASS_VALUE (a plain class
+    attribute) or MISSING."""
     if isinstance(obj, type):  # attributes of a class itself: nothing binds to an instance
         found = _class_attribute(obj, name)
         if found is _MISSING:
-            return ("missing", None)
-        return _function_kind(found, "plain_function") or ("class_value", None)
+            return (AttrKind.MISSING, None)
+        return _function_kind(found, AttrKind.PLAIN_FUNCTION) or (AttrKind.CLASS_VALUE, None)
     found = _class_attribute(type(obj), name)
     if isinstance(found, property):  # a data descriptor wins over instance state
         return _class_level_kind(found, None)
     store = _instance_store(obj, name)
     if store is not None:
-        return ("instance", store)
+        return (AttrKind.INSTANCE, store)
     return _class_level_kind(found, None)
 
 
 def attribute_presence(obj, name: str):
     """Whether ``hasattr(obj, name)`` holds, decided without running user code: (verdict,
-    store) with verdict "present", "absent" or "unknown" (a property or slot that may raise, a
+    store) with verdict a Presence: PRESENT, ABSENT or UNKNOWN (a property or slot that may raise, a
     __getattr__ other than nn.Module's that could make it up); store is the instance dict
     holding a present attribute ("__dict__", or an nn.Module's "_parameters" / "_buffers" /
     "_modules"), None when the class (or a metaclass) provides it."""
     if isinstance(obj, type):
         if _class_attribute(obj, name) is not _MISSING or _class_attribute(type(obj), name) is not _MISSING:
-            return ("present", None)
+            return (Presence.PRESENT, None)
         hook = _class_attribute(type(obj), "__getattr__")
-        return ("unknown" if hook is not _MISSING else "absent", None)
+        return (Presence.UNKNOWN if hook is not _MISSING else Presence.ABSENT, None)
     store = _instance_store(obj, name)
     if store is not None:
-        return ("present", store)
+        return (Presence.PRESENT, store)
     found = _class_attribute(type(obj), name)
     if found is not _MISSING:
         # A property, or a slot of a Python class, can raise AttributeError; a C type's own
         # descriptors (a builtin function's __name__) cannot.
         if isinstance(found, property) or (isinstance(found, types.MemberDescriptorType)
                                            and type(obj).__flags__ & _HEAPTYPE):
-            return ("unknown", None)
-        return ("present", None)
+            return (Presence.UNKNOWN, None)
+        return (Presence.PRESENT, None)
     hook = _class_attribute(type(obj), "__getattr__")
     if hook is not _MISSING and hook is not torch.nn.Module.__getattr__:
-        return ("unknown", None)
-    return ("absent", None)
+        return (Presence.UNKNOWN, None)
+    return (Presence.ABSENT, None)
 
 
 def absent_attribute_stores(obj):
-    """For an attribute obj lacks (attribute_presence says "absent"): the instance dicts whose
+    """For an attribute obj lacks (attribute_presence says ABSENT): the instance dicts whose
     not holding it the trace guards ("__dict__", and an nn.Module's "_parameters" / "_buffers" /
     "_modules"). Without instance state the class decides, and the class is guarded."""
     if not isinstance(getattr(obj, "__dict__", None), dict):
@@ -339,19 +344,19 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
     """How ``super().name`` resolves in a method of ``this_class`` whose first argument has type
     ``self_type`` (is a class, for classmethods, when ``self_is_class``): the first class after
     this_class in the MRO defining name. Kinds as in resolve_attribute (function-like attributes
-    and properties only; anything else 'missing')."""
+    and properties only; anything else MISSING)."""
     mro = self_type.__mro__
     if self_is_class:
-        return ("missing", None)  # super() in a classmethod: not traced
+        return (AttrKind.MISSING, None)  # super() in a classmethod: not traced
     try:
         start = mro.index(this_class) + 1
     except ValueError:
-        return ("missing", None)
+        return (AttrKind.MISSING, None)
     for cls in mro[start:]:
         if name in vars(cls):
             kind = _class_level_kind(vars(cls)[name], None)
-            return ("missing", None) if kind[0] == "class_value" else kind
-    return ("missing", None)
+            return (AttrKind.MISSING, None) if kind[0] is AttrKind.CLASS_VALUE else kind
+    return (AttrKind.MISSING, None)
 
 
 def plain_class_init(cls):
@@ -378,7 +383,7 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
 
 def resolve_new_object_attribute(cls, name: str):
     """How ``obj.name`` resolves for an instance of a plain class that has no such instance
-    attribute: like resolve_attribute, with 'class_value' carrying the value."""
+    attribute: like resolve_attribute, with CLASS_VALUE carrying the value."""
     found = _class_attribute(cls, name)
     return _class_level_kind(found, found)
 
@@ -387,24 +392,24 @@ def _grad_mode_classes():
     return (torch.no_grad, torch.enable_grad)
 
 
-def _grad_mode_kind(fn) -> str:
+def _grad_mode_kind(fn) -> CallableKind:
     """The callables the tracer turns into grad / inference mode switches in the graph:
-    'grad_mode_manager' (torch.no_grad, torch.enable_grad), 'set_grad_enabled',
-    'inference_mode', 'autocast' (torch.autocast), 'grad_mode_clone' (ctx_factory of a @torch.no_grad() wrapper),
-    'grad_mode_wrapper' (that wrapper), else ''."""
+    GRAD_MODE_MANAGER (torch.no_grad, torch.enable_grad), SET_GRAD_ENABLED, INFERENCE_MODE,
+    AUTOCAST (torch.autocast), GRAD_MODE_CLONE (ctx_factory of a @torch.no_grad() wrapper),
+    GRAD_MODE_WRAPPER (that wrapper), else NOT_TRACED."""
     if fn is torch.no_grad or fn is torch.enable_grad:
-        return "grad_mode_manager"
+        return CallableKind.GRAD_MODE_MANAGER
     if fn is torch.set_grad_enabled:
-        return "set_grad_enabled"
+        return CallableKind.SET_GRAD_ENABLED
     if fn is torch.inference_mode:
-        return "inference_mode"
+        return CallableKind.INFERENCE_MODE
     if fn is torch.amp.autocast_mode.autocast:
-        return "autocast"
+        return CallableKind.AUTOCAST
     if grad_mode_clone_class(fn) is not None:
-        return "grad_mode_clone"
+        return CallableKind.GRAD_MODE_CLONE
     if isinstance(fn, types.FunctionType) and is_grad_mode_decorator_wrapper(fn):
-        return "grad_mode_wrapper"
-    return ""
+        return CallableKind.GRAD_MODE_WRAPPER
+    return CallableKind.NOT_TRACED
 
 
 def grad_mode_clone_class(fn):
