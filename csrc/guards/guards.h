@@ -36,21 +36,11 @@ struct Guard {
   int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
 };
 
+class EntryState;
+
 class GuardSet {
  public:
   GuardSet() = default;
-
-  void add_type(int slot, PyObject* type);
-  void add_id(int slot, PyObject* obj);
-  void add_const(int slot, PyObject* value);
-  void add_tensor(int slot, PyObject* tensor);
-  void add_len(int slot, int64_t n);
-  void add_dict_contains(int slot, PyObject* key, bool present);
-  // Borrowed: keys, a tuple.
-  void add_dict_keys(int slot, PyObject* keys);
-  // Borrowed: type, name. Whether looking `name` up on `type` (its MRO) finds something stays
-  // `present`; the type's version tag must be assigned (nonzero).
-  void add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present);
 
   // Reads every source into `slots` and checks each guard right after its source is read, so a
   // type guard on a container runs before anything is read out of it. Hot path: raw CPython
@@ -66,12 +56,27 @@ class GuardSet {
   size_t size() const { return guards_.size() + 1; }  // + the global torch state
   const GlobalTorchState& entry_state() const { return global_; }
 
+ private:
+  // Guards are written by the trace's entry state only (trace/entry_state.h): what a region
+  // assumed is decided in one place.
+  friend class EntryState;
+
+  void add_type(int slot, PyObject* type);
+  void add_id(int slot, PyObject* obj);
+  void add_const(int slot, PyObject* value);
+  void add_tensor(int slot, PyObject* tensor);
+  void add_len(int slot, int64_t n);
+  void add_dict_contains(int slot, PyObject* key, bool present);
+  // Borrowed: keys, a tuple.
+  void add_dict_keys(int slot, PyObject* keys);
+  // Borrowed: type, name. Whether looking `name` up on `type` (its MRO) finds something stays
+  // `present`; the type's version tag must be assigned (nonzero).
+  void add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
   // sizes except those in `fixed` (dims by source slot): for a trace that read only those
   // into Python, handed to a backend that runs any size.
   void allow_any_sizes(const std::map<int, std::set<int>>& fixed = {});
 
- private:
   bool check_one(const Guard& guard, PyObject* value) const;
   std::string describe(const Guard& guard, const SourceTable& sources) const;
 

@@ -158,8 +158,8 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
   region->entry_pc = pc;
   region->entry_nulls = tracer.entry_nulls();
   region->ctx = run.ctx;
-  region->sources = std::move(tracer.sources());
-  region->guards = std::move(tracer.guards());
+  region->sources = tracer.entry().take_sources();
+  region->guards = tracer.entry().take_guards();
   region->exit.kind = ExitKind::kDeopt;
   region->exit.pc = pc;
   region->reason = std::move(reason);
@@ -187,7 +187,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   bool symbolic_sizes = ctx.any_sizes;
   for (int i = 0;; ++i) {
     traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
-    traced->set_symbolic_sizes(symbolic_sizes);
+    traced->sizes().set_symbolic(symbolic_sizes);
     try {
       traced->run();
       break;
@@ -238,18 +238,19 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->entry_nulls = tracer.entry_nulls();
   region->ctx = run.ctx;
   region->warmed = warmed;
-  Graph& graph = tracer.graph();
+  Graph& graph = tracer.recorder().graph();
   graph.lint();
   region->exit = std::move(exit);
-  region->inputs = tracer.inputs();
+  region->inputs = tracer.entry().inputs();
   region->graph_ops = graph.num_calls();
   region->compiled = py::none();
   for (const Arg& out : graph.output()->args[0].items) {
     region->output_metas.emplace_back(out.node->fake, py::str(out.node->metas.at(0).device));
   }
-  region->sources = std::move(tracer.sources());
-  region->guards = std::move(tracer.guards());
-  if (ctx.any_sizes && !tracer.sizes_read()) region->guards.allow_any_sizes(tracer.pinned_dims());
+  const SizeTracker& sizes = tracer.sizes();
+  if (ctx.any_sizes && !sizes.sizes_read()) tracer.entry().allow_any_sizes(sizes.pinned_dims());
+  region->sources = tracer.entry().take_sources();
+  region->guards = tracer.entry().take_guards();
   if (region->graph_ops == 0) return region;  // nothing for a backend
 
   region->graph_id = g_next_graph_id++;
@@ -261,11 +262,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   }
   if (log_enabled(Artifact::guards)) {
     std::string sizes_note;
-    if (ctx.any_sizes && tracer.sizes_read()) {
-      sizes_note = fmt::format("sizes specialised: the trace read {}\n", tracer.size_read());
-    } else if (ctx.any_sizes && !tracer.pinned_dims().empty()) {
+    if (ctx.any_sizes && sizes.sizes_read()) {
+      sizes_note = fmt::format("sizes specialised: the trace read {}\n", sizes.size_read());
+    } else if (ctx.any_sizes && !sizes.pinned_dims().empty()) {
       sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
-      for (const std::string& read : tracer.dim_reads()) sizes_note += "  " + read + "\n";
+      for (const std::string& read : sizes.dim_reads()) sizes_note += "  " + read + "\n";
     }
     log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
                                            code_location(code, line_at(code, bytecode, pc)),

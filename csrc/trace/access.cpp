@@ -138,7 +138,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
     }
     case VKind::kObject: {
       if (base->is(ObjRole::kNewObject)) return new_object_attr(base, name);
-      if (const ValuePtr* stored = pending_attr(base, name)) return *stored;
+      if (const ValuePtr* stored = effects_.pending(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {
         py::object value;
@@ -150,7 +150,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return wrap_unsourced(std::move(value));
       }
       if (base->source >= 0 && PyModule_Check(obj)) {
-        ValuePtr value = load_source(sources_.attr(base->source, name));
+        ValuePtr value = entry_.load(entry_.sources().attr(base->source, name));
         if (!value) {
           FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         }
@@ -180,13 +180,13 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
       if (kind == AttrKind::kInstance && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
         // A parameter, buffer or submodule: read from the module's own dict on every call
         // (C dict lookups), not through nn.Module.__getattr__ (a Python call per attribute).
-        ValuePtr store = load_source(sources_.attr(base->source, py::str(found).cast<std::string>()));
+        ValuePtr store = entry_.load(entry_.sources().attr(base->source, py::str(found).cast<std::string>()));
         FJ_CHECK(store != nullptr && store->source >= 0, "module store unreadable");
         return item(store, Value::constant(py::str(name)));
       }
       if (kind == AttrKind::kInstance || kind == AttrKind::kClassValue) {
         if (base->source < 0) break;
-        ValuePtr value = load_source(sources_.attr(base->source, name));
+        ValuePtr value = entry_.load(entry_.sources().attr(base->source, name));
         if (!value) {
           FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         }
@@ -204,26 +204,6 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
                  base->describe());
 }
 
-const ValuePtr* Tracer::pending_attr(const ValuePtr& base, const std::string& name) const {
-  for (auto it = attr_writes_.rbegin(); it != attr_writes_.rend(); ++it) {  // latest write wins
-    if (it->name != name) continue;
-    // Global writes target their module by object: `import m; m.x` after `global x; x = t`.
-    if (it->target == base ||
-        (PyModule_Check(base->obj.ptr()) && it->target->obj.ptr() == base->obj.ptr())) {
-      return &it->value;
-    }
-    if (!base->is_special_object() && !it->target->is_special_object() &&
-        it->target->obj.ptr() == base->obj.ptr()) {
-      // The same object reached another way (a second argument, a value kept on the stack
-      // across a break): the write is not visible through this value. Left to the runtime,
-      // after the exit has replayed the write.
-      FJ_UNSUPPORTED(kSideEffect, "attribute '{}' of {}, written through another reference",
-                     name, base->describe());
-    }
-  }
-  return nullptr;
-}
-
 bool Tracer::dict_by_source(const ValuePtr& dict,
                             std::vector<std::pair<py::object, ValuePtr>>& out) {
   if (dict->kind != VKind::kObject || dict->source < 0 || !PyDict_CheckExact(dict->obj.ptr())) {
@@ -236,9 +216,9 @@ bool Tracer::dict_by_source(const ValuePtr& dict,
       return false;
     }
   }
-  guards_.add_dict_keys(dict->source, keys.ptr());
+  entry_.guard_dict_keys(dict->source, keys.ptr());
   for (py::handle key : keys) {
-    ValuePtr item = load_source(sources_.item(dict->source, py::reinterpret_borrow<py::object>(key)));
+    ValuePtr item = entry_.load(entry_.sources().item(dict->source, py::reinterpret_borrow<py::object>(key)));
     FJ_CHECK(item != nullptr, "item {} of {} unreadable", safe_repr(key), dict->describe());
     out.emplace_back(py::reinterpret_borrow<py::object>(key), item);
   }
@@ -253,7 +233,7 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
       (which == "setattr" && args.size() != 3)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() with {} arguments", which, args.size());
   }
-  const ValuePtr name_value = concretize(args[1]);
+  const ValuePtr name_value = sizes_.concretize(args[1]);
   if (!name_value->is_const() || !PyUnicode_Check(name_value->obj.ptr())) {
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() with a name not known at trace time", which);
   }
@@ -287,12 +267,12 @@ unsigned int type_version(PyTypeObject* type) {
 
 void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present) {
   // A class read by source: the class itself; an instance: its __class__.
-  ValuePtr cls = PyType_Check(base->obj.ptr()) ? base : load_source(sources_.attr(base->source, "__class__"));
+  ValuePtr cls = PyType_Check(base->obj.ptr()) ? base : entry_.load(entry_.sources().attr(base->source, "__class__"));
   if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr()) ||
       type_version(reinterpret_cast<PyTypeObject*>(cls->obj.ptr())) == 0) {
     FJ_UNSUPPORTED(kUnsupportedValue, "the attributes of {}'s class cannot be guarded", base->describe());
   }
-  guards_.add_type_version(cls->source, reinterpret_cast<PyTypeObject*>(cls->obj.ptr()),
+  entry_.guard_class_attribute(cls->source, reinterpret_cast<PyTypeObject*>(cls->obj.ptr()),
                            py::str(name).ptr(), present);
 }
 
@@ -318,7 +298,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
       if (base->is_special_object() || base->bound_self) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
-      if (pending_attr(base, name)) return true;  // stored earlier in this region
+      if (effects_.pending(base, name)) return true;  // stored earlier in this region
       py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
       const auto verdict = how[0].cast<Presence>();
       if (verdict == Presence::kUnknown) {
@@ -332,9 +312,9 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
                                   : PyRefs::get().support.attr("absent_attribute_stores")(base->obj);
       for (py::handle store : stores) {
         if (store.is_none()) continue;  // present on the class
-        ValuePtr dict = load_source(sources_.attr(base->source, store.cast<std::string>()));
+        ValuePtr dict = entry_.load(entry_.sources().attr(base->source, store.cast<std::string>()));
         if (dict && dict->source >= 0 && PyDict_Check(dict->obj.ptr())) {
-          guards_.add_dict_contains(dict->source, py::str(name).ptr(), present);
+          entry_.guard_dict_contains(dict->source, py::str(name).ptr(), present);
         }
       }
       // The class must keep (or keep lacking) it too, where the instance dicts do not decide.
@@ -350,9 +330,9 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
 
 ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   if (base->kind == VKind::kTensor) {
-    return record_operator("getitem", "[]", {base, concretize(key_in)});
+    return record_operator("getitem", "[]", {base, sizes_.concretize(key_in)});
   }
-  const ValuePtr key = concretize(key_in);
+  const ValuePtr key = sizes_.concretize(key_in);
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} with {}", base->describe(),
                    key->describe());
@@ -421,8 +401,8 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
           }
           if (PyUnicode_Check(k.ptr())) {
             const std::string store = keys[py::int_(0)].cast<std::string>();
-            ValuePtr all = load_source(sources_.attr(base->source, store));
-            ValuePtr child = all ? load_source(sources_.item(all->source, k)) : nullptr;
+            ValuePtr all = entry_.load(entry_.sources().attr(base->source, store));
+            ValuePtr child = all ? entry_.load(entry_.sources().item(all->source, k)) : nullptr;
             if (child) return child;
           }
           FJ_UNSUPPORTED(kUnsupportedValue, "index {} of {}", safe_repr(k), base->describe());
@@ -433,7 +413,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
           FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",
                          safe_repr(k));
         }
-        ValuePtr value = load_source(sources_.item(base->source, k));
+        ValuePtr value = entry_.load(entry_.sources().item(base->source, k));
         FJ_CHECK(value != nullptr, "present key {} unreadable", safe_repr(k));
         return value;
       }
@@ -458,7 +438,7 @@ void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
   if (kind == AttrKind::kProperty || kind == AttrKind::kFunction) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, which the class defines", name);
   }
-  attr_writes_.push_back({target, name, std::move(value)});
+  effects_.record(target, name, std::move(value));
 }
 
 void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
@@ -469,9 +449,8 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
   if (container->kind == VKind::kObject && container->source >= 0 &&
       PyDict_CheckExact(container->obj.ptr()) && key->is_const()) {
     // `inputs["y"] += x` stores back the very tensor it read (mutated in place): no side effect.
-    const int slot = sources_.find(sources_.item(container->source, key->obj));
-    auto it = by_slot_.find(slot);
-    if (it != by_slot_.end() && it->second == value) return;
+    const int slot = entry_.sources().find(entry_.sources().item(container->source, key->obj));
+    if (slot >= 0 && entry_.value_at(slot) == value) return;
   }
   if (container->source >= 0) {
     FJ_UNSUPPORTED(kSideEffect, "item assignment into {}, which existed before the call",

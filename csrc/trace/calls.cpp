@@ -8,6 +8,7 @@
 #include "common/check.h"
 #include <exception>
 
+#include "trace/modes.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -309,7 +310,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (fn->is(ObjRole::kGradExit) || fn->is(ObjRole::kInferenceExit) ||
       fn->is(ObjRole::kAutocastExit)) {
-    return exit_with(fn, args);
+    return exit_with(*this, fn, args);
   }
   if (fn->is(ObjRole::kNewObject)) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
@@ -329,18 +330,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       if (kind == TensorMethodKind::kMetadata) {
         if (name == "size" && kwargs.empty() && args.size() <= 2) {
-          if (args.size() == 1) return tensor_shape(self, "Tensor.size()");
-          const ValuePtr dim = concretize(args[1]);
+          if (args.size() == 1) return sizes_.tensor_shape(self, "Tensor.size()");
+          const ValuePtr dim = sizes_.concretize(args[1]);
           if (dim->is_const() && PyLong_CheckExact(dim->obj.ptr())) {
-            return tensor_size(self, dim->obj.cast<int64_t>(), "Tensor.size()");
+            return sizes_.tensor_size(self, dim->obj.cast<int64_t>(), "Tensor.size()");
           }
         }
         if (base_name_in(name, {"numel", "nelement"})) {
-          note_sizes_read(self, "Tensor." + name + "()");
+          sizes_.note_sizes_read(self, "Tensor." + name + "()");
         } else if (is_size_query(name)) {
-          note_size_read("Tensor." + name + "()");
+          sizes_.note_size_read("Tensor." + name + "()");
         }
-        make_constant_args(args, kwargs);
+        sizes_.make_constant_args(args, kwargs);
         try {
           py::list rest;
           for (size_t i = 1; i < args.size(); ++i) rest.append(args[i]->as_python());
@@ -360,8 +361,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
     if (self->kind == VKind::kTuple && self->holds_size_expr()) {
       // x.shape.numel(), x.size().index(n): methods of torch.Size need the numbers.
-      for (auto& a : args) a = concretize(a);
-      for (auto& kw : kwargs) kw.second = concretize(kw.second);
+      for (auto& a : args) a = sizes_.concretize(a);
+      for (auto& kw : kwargs) kw.second = sizes_.concretize(kw.second);
       return call(fn, std::move(args), std::move(kwargs));
     }
     if (self->kind == VKind::kConst && is_python_constant(self->obj) &&
@@ -394,7 +395,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
       const py::object key = args[1]->as_python();
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
-      guards_.add_dict_contains(self->source, key.ptr(), present);
+      entry_.guard_dict_contains(self->source, key.ptr(), present);
       if (present) return item(self, args[1]);
       return args.size() == 3 ? args[2] : Value::constant(py::none());
     }
@@ -415,7 +416,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   // One cached classification per callable object decides the rest.
   const CallableKind kind = refs.classify(callable);
   if (kind == CallableKind::kGradModeManager && args.empty() && kwargs.empty()) {
-    return grad_mode_manager(callable);
+    return make_grad_mode_manager(*this, callable);
   }
   if (kind == CallableKind::kModuleListing) return module_listing(callable, args, kwargs);
   if (kind == CallableKind::kAttributeBuiltin) return attribute_builtin(callable, args, kwargs);
@@ -427,12 +428,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
-  if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
-  if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
-  if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(args);
+  if (kind == CallableKind::kInferenceMode) return inference_mode_call(*this, args, kwargs);
+  if (kind == CallableKind::kAutocast) return autocast_call(*this, args, kwargs);
+  if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(*this, args);
   if (kind == CallableKind::kGradModeClone && args.empty() && kwargs.empty()) {
     // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
-    return grad_mode_manager(py::type::handle_of(callable.attr("__self__")));
+    return make_grad_mode_manager(*this, py::type::handle_of(callable.attr("__self__")));
   }
   if (kind == CallableKind::kGradModeWrapper) {
     // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():
@@ -526,14 +527,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         if (py::len(v->obj.attr("shape")) == 0) {
           FJ_UNSUPPORTED(kUnsupportedValue, "len() of a 0-d tensor");
         }
-        return tensor_size(v, 0, "len() of a tensor");
+        return sizes_.tensor_size(v, 0, "len() of a tensor");
       }
       if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
         return Value::constant(py::int_(v->items.size()));
       }
       if (v->kind == VKind::kObject && v->source >= 0 && PyDict_Check(v->obj.ptr())) {
         const Py_ssize_t n = PyDict_Size(v->obj.ptr());
-        guards_.add_len(v->source, n);
+        entry_.guard_len(v->source, n);
         return Value::constant(py::int_(n));
       }
     }
@@ -576,12 +577,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
     }
     if (sizes) {
-      for (auto& a : args) a = concretize(a);
-      for (auto& kw : kwargs) kw.second = concretize(kw.second);
+      for (auto& a : args) a = sizes_.concretize(a);
+      for (auto& kw : kwargs) kw.second = sizes_.concretize(kw.second);
     }
   }
   if (kind == CallableKind::kQuery || (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs))) {
-    if (kind == CallableKind::kQuery) make_constant_args(args, kwargs);
+    if (kind == CallableKind::kQuery) sizes_.make_constant_args(args, kwargs);
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() on values not known at trace time",
                      callable_name(callable));
@@ -589,7 +590,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     try {
       if (kind == CallableKind::kQuery) {
         if (is_size_query(callable_name(callable)) && any_tensor(args, kwargs)) {
-          note_size_read(callable_name(callable) + "()");
+          sizes_.note_size_read(callable_name(callable) + "()");
         }
         py::list py_args;
         for (const auto& a : args) py_args.append(query_arg(a));

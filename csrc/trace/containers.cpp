@@ -43,7 +43,7 @@ ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
     while (PyDict_Next(self->obj.ptr(), &pos, &key, nullptr)) {
       guarded[i++] = py::reinterpret_borrow<py::object>(key);
     }
-    guards_.add_dict_keys(self->source, guarded.ptr());
+    entry_.guard_dict_keys(self->source, guarded.ptr());
     for (const py::handle key_obj : guarded) {
       keys.push_back(py::reinterpret_borrow<py::object>(key_obj));
       if (name != "keys") values.push_back(item(self, Value::constant(keys.back())));

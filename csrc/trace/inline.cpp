@@ -87,7 +87,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   // function has one, so tensors become inputs and everything else is guarded.
   auto from_function = [&](const char* attr, py::object key, py::handle real) -> ValuePtr {
     if (fn && fn->source >= 0) {
-      ValuePtr container = load_source(sources_.attr(fn->source, attr));
+      ValuePtr container = entry_.load(entry_.sources().attr(fn->source, attr));
       FJ_CHECK(container != nullptr, "{}.{} unreadable", fname, attr);
       return item(container, Value::constant(std::move(key)));
     }
@@ -216,8 +216,8 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
                      Py_TYPE(obj.ptr())->tp_name, hooks);
     }
     if (self->source >= 0 && !dict.is_none()) {
-      ValuePtr hooks_value = load_source(sources_.attr(self->source, hooks));
-      if (hooks_value && hooks_value->source >= 0) guards_.add_len(hooks_value->source, 0);
+      ValuePtr hooks_value = entry_.load(entry_.sources().attr(self->source, hooks));
+      if (hooks_value && hooks_value->source >= 0) entry_.guard_len(hooks_value->source, 0);
     }
   }
   if (global_module_hooks()) {
@@ -248,10 +248,10 @@ bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& o
   py::object keys = PyRefs::get().support.attr("module_container_keys")(container->obj);
   if (keys.is_none()) return false;
   const std::string store = keys[py::int_(0)].cast<std::string>();
-  ValuePtr children = load_source(sources_.attr(container->source, store));
+  ValuePtr children = entry_.load(entry_.sources().attr(container->source, store));
   FJ_CHECK(children != nullptr && children->source >= 0, "{} unreadable", store);
   py::list names = keys[py::int_(1)];
-  guards_.add_len(children->source, static_cast<int64_t>(py::len(names)));
+  entry_.guard_len(children->source, static_cast<int64_t>(py::len(names)));
   const bool is_dict = PyObject_IsInstance(container->obj.ptr(),
                                            PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 1;
   for (py::handle name : names) {
@@ -259,7 +259,7 @@ bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& o
       out.push_back(Value::constant(py::reinterpret_borrow<py::object>(name)));
       continue;
     }
-    ValuePtr child = load_source(sources_.item(children->source, py::reinterpret_borrow<py::object>(name)));
+    ValuePtr child = entry_.load(entry_.sources().item(children->source, py::reinterpret_borrow<py::object>(name)));
     FJ_CHECK(child != nullptr, "child {} unreadable", safe_repr(name));
     out.push_back(child);
   }
@@ -293,7 +293,7 @@ std::string joined(const std::string& prefix, const std::string& name) {
 
 std::vector<std::pair<std::string, ValuePtr>> Tracer::module_dict_items(const ValuePtr& module,
                                                                        const char* store) {
-  ValuePtr dict = load_source(sources_.attr(module->source, store));
+  ValuePtr dict = entry_.load(entry_.sources().attr(module->source, store));
   std::vector<std::pair<py::object, ValuePtr>> entries;
   if (!dict || !dict_by_source(dict, entries)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "{}.{} is not a dict", module->describe(), store);
@@ -321,8 +321,8 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
   if (args.size() - 1 > parameters.size()) {
     FJ_UNSUPPORTED(kUnsupportedCall, "Module.{}() with {} arguments", name, args.size() - 1);
   }
-  for (size_t i = 1; i < args.size(); ++i) options[parameters[i - 1]] = concretize(args[i])->obj;
-  for (const auto& [key, value] : kwargs) options[key] = concretize(value)->obj;
+  for (size_t i = 1; i < args.size(); ++i) options[parameters[i - 1]] = sizes_.concretize(args[i])->obj;
+  for (const auto& [key, value] : kwargs) options[key] = sizes_.concretize(value)->obj;
   for (const auto& [key, value] : options) {
     const bool known = std::find(parameters.begin(), parameters.end(), key) != parameters.end();
     const bool constant = value && (value.is_none() || PyBool_Check(value.ptr()) ||
@@ -347,8 +347,8 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
                                                                      const std::string& at) {
     if (remove_duplicate) {
       // Which modules are the same object decides the listing: their identity is guarded.
-      PyObject* real = live_value(module->source);
-      guards_.add_id(module->source, real);
+      PyObject* real = entry_.live_value(module->source);
+      entry_.guard_id(module->source, real);
       if (!seen.insert(real).second) return;
     }
     modules.emplace_back(at, module);
@@ -364,8 +364,8 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
     std::set<PyObject*> children;
     for (const auto& [key, child] : module_dict_items(self, "_modules")) {
       if (child->obj.is_none()) continue;
-      PyObject* real = live_value(child->source);
-      guards_.add_id(child->source, real);
+      PyObject* real = entry_.live_value(child->source);
+      entry_.guard_id(child->source, real);
       if (!children.insert(real).second) continue;
       items.push_back(name == "children" ? child : named(key, child));
     }
@@ -391,8 +391,8 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
     for (const auto& [key, member] : module_dict_items(module, buffers ? "_buffers" : "_parameters")) {
       if (member->obj.is_none()) continue;
       if (remove_duplicate) {  // tensors' values hold meta tensors: compare the real ones
-        PyObject* real = live_value(member->source);
-        guards_.add_id(member->source, real);
+        PyObject* real = entry_.live_value(member->source);
+        entry_.guard_id(member->source, real);
         if (!members.insert(real).second) continue;
       }
       items.push_back(with_names ? named(joined(at, key), member) : member);
@@ -427,14 +427,14 @@ ValuePtr Tracer::zero_arg_super() {
 ValuePtr Tracer::cell_get(const ValuePtr& cell) {
   if (cell->kind == VKind::kObject && PyCell_Check(cell->obj.ptr()) && cell->source >= 0) {
     // A frame entered mid-way holds real cell objects.
-    ValuePtr content = load_source(sources_.attr(cell->source, "cell_contents"));
+    ValuePtr content = entry_.load(entry_.sources().attr(cell->source, "cell_contents"));
     if (content) return content;
     FJ_UNSUPPORTED(kUnsupportedValue, "free variable referenced before assignment");
   }
   FJ_CHECK(cell->kind == VKind::kCell, "LOAD_DEREF of {}", cell->describe());
   if (!cell->items.empty()) return cell->items[0];
   if (cell->source >= 0) {
-    ValuePtr content = load_source(sources_.attr(cell->source, "cell_contents"));
+    ValuePtr content = entry_.load(entry_.sources().attr(cell->source, "cell_contents"));
     if (content) return content;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "free variable referenced before assignment");
@@ -454,7 +454,7 @@ void Tracer::copy_free_vars(int n) {
     // The root frame at pc 0: its closure cells, read from the function (they are objects that
     // outlive the call: read-only here, written back to the frame at the exit).
     for (int i = 0; i < n; ++i) {
-      ValuePtr real_cell = load_source(SourceTable::closure(i));
+      ValuePtr real_cell = entry_.load(SourceTable::closure(i));
       FJ_CHECK(real_cell != nullptr, "closure cell {} unreadable", i);
       ValuePtr cell = std::make_shared<Value>();
       cell->kind = VKind::kCell;
@@ -479,7 +479,7 @@ void Tracer::copy_free_vars(int n) {
     cell->kind = VKind::kCell;
     PyObject* real = PyTuple_GET_ITEM(closure, i);  // borrowed
     if (fr.function_value && fr.function_value->source >= 0) {
-      ValuePtr cells = load_source(sources_.attr(fr.function_value->source, "__closure__"));
+      ValuePtr cells = entry_.load(entry_.sources().attr(fr.function_value->source, "__closure__"));
       FJ_CHECK(cells != nullptr && cells->kind == VKind::kTuple, "__closure__ unreadable");
       cell->source = cells->items.at(i)->source;
     } else {

@@ -81,9 +81,9 @@ ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vect
   // in this trace from fixed values.
   ValuePtr func, stored_args, stored_kw;
   if (fn->source >= 0) {
-    func = load_source(sources_.attr(fn->source, "func"));
-    stored_args = load_source(sources_.attr(fn->source, "args"));
-    stored_kw = load_source(sources_.attr(fn->source, "keywords"));
+    func = entry_.load(entry_.sources().attr(fn->source, "func"));
+    stored_args = entry_.load(entry_.sources().attr(fn->source, "args"));
+    stored_kw = entry_.load(entry_.sources().attr(fn->source, "keywords"));
     stored_kw = dict_view(stored_kw, "items");
   } else {
     func = wrap_unsourced(callable.attr("func"));

@@ -131,7 +131,7 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
   if (sizes) {
-    for (auto& a : args) a = t.concretize(a);
+    for (auto& a : args) a = t.sizes().concretize(a);
   }
   bool symbolic = false;
   for (const auto& a : args) {
@@ -224,7 +224,7 @@ void op_contains(Tracer& t, const Instr& i) {
   } else if (container->kind == VKind::kObject && container->source >= 0 &&
              PyDict_CheckExact(container->obj.ptr())) {
     found = PyDict_Contains(container->obj.ptr(), key.ptr()) == 1;
-    t.guards().add_dict_contains(container->source, key.ptr(), found);
+    t.entry().guard_dict_contains(container->source, key.ptr(), found);
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "'in' on {}", container->describe());
   }

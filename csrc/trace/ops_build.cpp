@@ -53,7 +53,7 @@ void op_build_const_key_map(Tracer& t, const Instr& i) {
 void op_build_slice(Tracer& t, const Instr& i) {
   std::vector<ValuePtr> parts = t.pop_n(static_cast<size_t>(i.arg));
   for (auto& part : parts) {
-    part = t.concretize(part);  // x[:, :n] with n a size: the bound is specialised
+    part = t.sizes().concretize(part);  // x[:, :n] with n a size: the bound is specialised
     if (!part->is_const()) {
       FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
     }
@@ -178,7 +178,7 @@ void op_unpack_sequence(Tracer& t, const Instr& i) {
 
 void op_format_value(Tracer& t, const Instr& i) {
   ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
-  ValuePtr value = t.concretize(t.pop());
+  ValuePtr value = t.sizes().concretize(t.pop());
   if (!value->is_constant_tree() || (spec && !spec->is_const())) {
     FJ_UNSUPPORTED(kUnsupportedValue, "f-string of {}", value->describe());
   }

@@ -2,6 +2,7 @@
 // tensor's value stops the trace (the graph-break issue turns that into a region exit).
 #include "bytecode/version.h"
 #include "common/check.h"
+#include "trace/modes.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -83,7 +84,7 @@ void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pop
 
 }  // namespace
 
-void op_before_with(Tracer& t, const Instr&) { t.enter_with(t.pop()); }
+void op_before_with(Tracer& t, const Instr&) { enter_with(t, t.pop()); }
 
 void register_control_ops(HandlerTable& table) {
   auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };

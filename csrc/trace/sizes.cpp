@@ -2,18 +2,19 @@
 // the trace knows (its value now) that stays a graph value while it only flows into torch calls,
 // directly or through arithmetic: `x.view(x.size(0), -1)` records `size = x.size(0)` and passes
 // the node, so a new batch size runs the same graph. The moment Python needs the number itself
-// (a branch, range(), a slice bound, an f-string, a container index), Tracer::specialize pins it
+// (a branch, range(), a slice bound, an f-string, a container index), SizeTracker::specialize pins it
 // and the input sizes it is computed from are guarded as they are (note_dim_read, size_deps.h).
 //
 // Only regions whose backend runs any size get symbolic sizes (CompileContext::any_sizes): for
 // the others every size is guarded anyway, and constants make the simpler graph.
+#include "trace/sizes.h"
+
 #include <fmt/format.h>
 
-#include <cstring>
 #include <functional>
 
+#include "common/check.h"
 #include "trace/pyrefs.h"
-#include "trace/tracer.h"
 
 namespace framejit {
 
@@ -51,9 +52,22 @@ TensorMeta number_meta(py::handle value) {
   return meta;
 }
 
+// The run-time leaves of a number: size leaves and numbers read from the entry state.
+void collect_leaves(const ValuePtr& value, std::vector<ValuePtr>& out) {
+  if (value->kind != VKind::kSymNum) return;
+  if (!value->fn) {
+    out.push_back(value);
+    return;
+  }
+  for (const auto& item : value->items) collect_leaves(item, out);
+}
+
 }  // namespace
 
-ValuePtr Tracer::tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how) {
+SizeTracker::SizeTracker(EntryState& entry, GraphRecorder& recorder)
+    : entry_(entry), recorder_(recorder) {}
+
+ValuePtr SizeTracker::tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how) {
   py::object sizes = tensor->obj.attr("shape");
   const int64_t rank = static_cast<int64_t>(py::len(sizes));
   if (dim < 0) dim += rank;
@@ -62,14 +76,14 @@ ValuePtr Tracer::tensor_size(const ValuePtr& tensor, int64_t dim, const std::str
                    how, dim, rank);
   }
   py::object value = sizes[py::int_(dim)];
-  if (!symbolic_sizes_) {
+  if (!symbolic_) {
     note_size_read(how);
     return Value::constant(value);
   }
   return size_leaf(tensor, dim, value);
 }
 
-ValuePtr Tracer::size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value) {
+ValuePtr SizeTracker::size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value) {
   auto key = std::make_pair(tensor->node, dim);
   auto found = size_leaves_.find(key);
   if (found != size_leaves_.end()) return found->second;
@@ -80,9 +94,9 @@ ValuePtr Tracer::size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value
   return leaf;
 }
 
-ValuePtr Tracer::tensor_shape(const ValuePtr& tensor, const std::string& how) {
+ValuePtr SizeTracker::tensor_shape(const ValuePtr& tensor, const std::string& how) {
   py::object sizes = tensor->obj.attr("shape");
-  if (!symbolic_sizes_) {
+  if (!symbolic_) {
     note_size_read(how);
     return Value::constant(sizes);
   }
@@ -92,26 +106,22 @@ ValuePtr Tracer::tensor_shape(const ValuePtr& tensor, const std::string& how) {
   return Value::tuple(std::move(items), PyRefs::get().size_type);
 }
 
-std::string Tracer::here() const {
-  const char* file = PyUnicode_AsUTF8(frames_.back()->code->co_filename);
-  if (file == nullptr) {
-    PyErr_Clear();
-    file = "?";
-  }
-  const char* slash = std::strrchr(file, '/');
-  return fmt::format("{}:{}", slash ? slash + 1 : file, current_ ? current_->line : -1);
-}
-
-Node* Tracer::size_node(const ValuePtr& value) {
+Node* SizeTracker::size_node(const ValuePtr& value) {
   FJ_CHECK(value->is_size_expr(), "size_node of {}", value->describe());
   auto found = size_nodes_.find(value.get());
   if (found != size_nodes_.end()) return found->second.second;
   PyRefs& refs = PyRefs::get();
   Node* node = nullptr;
   if (value->size_of) {
-    node = graph_.add_call(NodeKind::kCallMethod, py::str("size"), "size", "",
-                           {Arg::of(value->size_of->node), Arg::constant(py::int_(value->size_dim))},
-                           {}, value->obj, {number_meta(value->obj)}, false, instr().line, "size");
+    NodeSpec spec;
+    spec.kind = NodeKind::kCallMethod;
+    spec.target = py::str("size");
+    spec.target_text = "size";
+    spec.args = {Arg::of(value->size_of->node), Arg::constant(py::int_(value->size_dim))};
+    spec.fake = value->obj;
+    spec.metas = {number_meta(value->obj)};
+    spec.name_hint = "size";
+    node = recorder_.add(std::move(spec));
   } else {
     std::vector<Arg> args;
     for (const auto& item : value->items) {
@@ -128,16 +138,21 @@ Node* Tracer::size_node(const ValuePtr& value) {
     } else {
       hint = py::getattr(value->fn, "__name__", py::str("sym")).cast<std::string>();
     }
-    const std::string text = refs.target_text(target);
-    node = graph_.add_call(NodeKind::kCallFunction, target, text, infix, std::move(args), {},
-                           value->obj, {number_meta(value->obj)}, false, instr().line, hint);
+    NodeSpec spec;
+    spec.target = target;
+    spec.target_text = refs.target_text(target);
+    spec.infix = infix;
+    spec.args = std::move(args);
+    spec.fake = value->obj;
+    spec.metas = {number_meta(value->obj)};
+    spec.name_hint = hint;
+    node = recorder_.add(std::move(spec));
   }
-  locate(node);
   size_nodes_.emplace(value.get(), std::make_pair(value, node));
   return node;
 }
 
-ValuePtr Tracer::concretize(const ValuePtr& value) {
+ValuePtr SizeTracker::concretize(const ValuePtr& value) {
   if (value->kind == VKind::kSymNum) return value->is_size_expr() ? specialize(value) : value;
   if (!value->holds_size_expr()) return value;
   ValuePtr copy = Value::map_items(value, [this](const ValuePtr& item) { return concretize(item); });
@@ -147,19 +162,19 @@ ValuePtr Tracer::concretize(const ValuePtr& value) {
   return copy;
 }
 
-void Tracer::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
+void SizeTracker::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
   SizeDeps deps;
   add_size_deps(tensor->node, dim, reshaped_, ranks_, deps);
   note_size_deps(deps, what);
 }
 
-void Tracer::note_split_count(Node* split, const std::string& what) {
+void SizeTracker::note_split_count(Node* split, const std::string& what) {
   SizeDeps deps;
   add_split_count_deps(split, reshaped_, ranks_, deps);
   note_size_deps(deps, what);
 }
 
-void Tracer::note_size_deps(SizeDeps& deps, const std::string& what) {
+void SizeTracker::note_size_deps(SizeDeps& deps, const std::string& what) {
   // A run-time float in a shape (F.interpolate(x, scale_factor=s)): its value is pinned too.
   for (Node* number : deps.numbers) {
     bool found = false;
@@ -172,20 +187,20 @@ void Tracer::note_size_deps(SizeDeps& deps, const std::string& what) {
     if (!found) deps.all = true;
   }
   for (const auto& [node, dim] : deps.dims) {
-    auto slot = tensor_slots_.find(node);
-    if (slot == tensor_slots_.end()) {
+    const int slot = entry_.slot_of_placeholder(node);
+    if (slot < 0) {
       deps.all = true;
       break;
     }
-    if (pinned_dims_[slot->second].insert(dim).second) {
-      dim_reads_.push_back(fmt::format("{}.size({}): {} at {}", sources_.at(slot->second).text, dim,
-                                       what, here()));
+    if (pinned_dims_[slot].insert(dim).second) {
+      dim_reads_.push_back(fmt::format("{}.size({}): {} at {}", entry_.sources().at(slot).text,
+                                       dim, what, recorder_.site().here()));
     }
   }
-  if (deps.all) note_size_read(what + " at " + here());
+  if (deps.all) note_size_read(what + " at " + recorder_.site().here());
 }
 
-void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
+void SizeTracker::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
   for (auto it = size_leaves_.begin(); it != size_leaves_.end();) {
     if (it->first.first != tensor->node) {
       ++it;
@@ -203,7 +218,7 @@ void Tracer::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
   reshaped_.insert(tensor->node);
 }
 
-void Tracer::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
+void SizeTracker::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
   std::function<ValuePtr(const ValuePtr&)> pin = [&](const ValuePtr& v) -> ValuePtr {
     return v->kind == VKind::kSymNum ? specialize(v) : Value::map_items(v, pin);
   };
@@ -211,13 +226,54 @@ void Tracer::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
   for (auto& kw : kwargs) kw.second = pin(kw.second);
 }
 
-bool Tracer::stack_holds_size_expr() const {
-  for (const auto& frame : frames_) {
-    for (const auto& value : frame->stack) {
-      if (value && value->holds_size_expr()) return true;
+void SizeTracker::note_sizes_read(const ValuePtr& tensor, const std::string& what) {
+  if (symbolic_) {
+    note_dim_read(tensor, -1, what);
+  } else {
+    note_size_read(what);
+  }
+}
+
+ValuePtr SizeTracker::specialize(const ValuePtr& value) {
+  if (value->kind != VKind::kSymNum) return value;
+  std::vector<ValuePtr> leaves;
+  collect_leaves(value, leaves);
+  for (const auto& leaf : leaves) {
+    if (leaf->size_of) {
+      note_dim_read(leaf->size_of, leaf->size_dim, "a size used as a Python value");
+    } else {
+      entry_.guard_const(leaf->source, leaf->obj.ptr());
     }
   }
-  return false;
+  return Value::constant(value->obj);
+}
+
+ValuePtr SizeTracker::scalar_input(const ValuePtr& value) {
+  auto found = scalar_inputs_.find(value.get());
+  if (found != scalar_inputs_.end()) return found->second.second;
+  // How to compute the number from the entry state, evaluated before each run of the graph.
+  std::function<Rebuild(const ValuePtr&)> expr = [&](const ValuePtr& v) -> Rebuild {
+    if (v->kind != VKind::kSymNum) return Rebuild::constant(v->obj);
+    if (v->size_of) {  // a size mixed with run-time numbers: pinned
+      note_dim_read(v->size_of, v->size_dim,
+                    "a size in arithmetic with a number known only at run time");
+      return Rebuild::constant(v->obj);
+    }
+    if (!v->fn) return Rebuild::slot(v->source);
+    std::vector<Rebuild> args;
+    for (const auto& item : v->items) args.push_back(expr(item));
+    return Rebuild::call(v->fn, std::move(args));
+  };
+  TensorMeta meta;
+  meta.scalar = true;
+  meta.dtype = PyFloat_CheckExact(value->obj.ptr()) ? "f64" : "i64";
+  const std::string hint = value->source >= 0 ? entry_.sources().at(value->source).name_hint : "scalar";
+  Node* node = recorder_.placeholder(hint, value->obj, meta);
+  entry_.add_input(expr(value));
+  auto input = std::make_shared<Value>(*value);
+  input->node = node;
+  scalar_inputs_[value.get()] = std::make_pair(value, input);
+  return input;
 }
 
 }  // namespace framejit

@@ -4,6 +4,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/py.h"
@@ -32,6 +33,8 @@ const char* vkind_name(VKind kind);
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+// A keyword argument at a call: name and value.
+using KwValues = std::vector<std::pair<std::string, ValuePtr>>;
 
 // What a kObject stands for. Most are plain Python objects used by reference; the others exist
 // only in the trace (or are the pieces of a bound method), and each role says what the fields

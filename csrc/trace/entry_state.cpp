@@ -1,0 +1,151 @@
+// The entry state: sources read, their live values, graph inputs, and every guard of a region.
+#include "trace/entry_state.h"
+
+#include "common/check.h"
+#include "guards/tensor_check.h"
+#include "trace/pyrefs.h"
+
+namespace framejit {
+
+bool is_constant_type(PyObject* obj) {
+  PyTypeObject* type = Py_TYPE(obj);
+  if (obj == Py_None || obj == Py_Ellipsis || type == &PyLong_Type || type == &PyFloat_Type ||
+      type == &PyBool_Type || type == &PyUnicode_Type || type == &PyBytes_Type ||
+      type == &PyComplex_Type || type == &PySlice_Type) {
+    return true;
+  }
+  const PyRefs& refs = PyRefs::get();
+  return reinterpret_cast<PyObject*>(type) == refs.dtype_type.ptr() ||
+         reinterpret_cast<PyObject*>(type) == refs.device_type.ptr() ||
+         reinterpret_cast<PyObject*>(type) == refs.size_type.ptr();
+}
+
+bool is_identity_object(PyObject* obj) {
+  return PyModule_Check(obj) || PyFunction_Check(obj) || PyCFunction_Check(obj) ||
+         PyType_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
+         Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type;
+}
+
+EntryState::EntryState(const FrameState& frame, int entry_pc, GraphRecorder& recorder)
+    : frame_(frame), entry_pc_(entry_pc), recorder_(recorder) {}
+
+ValuePtr EntryState::load(Source source) {
+  const int known = sources_.size();
+  const int slot = sources_.intern(std::move(source));
+  if (slot < known) return by_slot_.at(slot);  // read and wrapped before
+  live_.resize(static_cast<size_t>(slot) + 1);
+  // The slots read so far, as the borrowed array SourceTable::read takes.
+  live_[slot] = Ref::steal(
+      sources_.read(slot, frame_, reinterpret_cast<PyObject* const*>(live_.data())));
+  if (!live_[slot]) {
+    sources_.pop_last();
+    live_.pop_back();
+    return nullptr;
+  }
+  return wrap(slot, py::reinterpret_borrow<py::object>(live_[slot].get()));
+}
+
+PyObject* EntryState::live_value(int slot) const {
+  FJ_CHECK(slot >= 0 && static_cast<size_t>(slot) < live_.size() && live_[slot],
+           "slot {} was not read", slot);
+  return live_[slot].get();
+}
+
+int EntryState::slot_of_placeholder(Node* node) const {
+  auto found = tensor_slots_.find(node);
+  return found == tensor_slots_.end() ? -1 : found->second;
+}
+
+ValuePtr EntryState::wrap(int slot, py::handle real) {
+  auto found = by_slot_.find(slot);
+  if (found != by_slot_.end()) return found->second;
+  PyRefs& refs = PyRefs::get();
+  PyObject* obj = real.ptr();
+  ValuePtr value;
+  if (is_tensor(obj)) {
+    if (!is_plain_tensor_type(obj) &&
+        refs.support.attr("has_torch_function_override")(real).cast<bool>()) {
+      // Meta tensors would not run the subclass's __torch_function__: shapes could differ.
+      FJ_UNSUPPORTED(kUnsupportedValue, "tensor subclass {} overrides __torch_function__",
+                     Py_TYPE(obj)->tp_name);
+    }
+    guards_.add_tensor(slot, obj);  // the tensor guard: made with the placeholder
+    py::object meta = py::reinterpret_steal<py::object>(meta_like(obj));  // dense: in C++
+    if (!meta) meta = refs.support.attr("make_meta")(real);
+    py::object device = real.attr("device");
+    Node* node = recorder_.placeholder(sources_.at(slot).name_hint, meta,
+                                       GraphRecorder::meta_of(meta, device));
+    inputs_.push_back(Rebuild::slot(slot));
+    tensor_slots_.emplace(node, slot);
+    value = Value::tensor(node, meta, device, slot);
+    value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  } else if (entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
+             is_frame_state(slot)) {
+    // A number in the middle of a frame (a loop counter, the result of .item()): its type is
+    // guarded, its value only where the trace needs it (see specialize()).
+    guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
+    value->source = slot;
+  } else if (is_constant_type(obj)) {
+    if (obj == Py_None || obj == Py_Ellipsis) {
+      guards_.add_id(slot, obj);
+    } else {
+      guards_.add_const(slot, obj);
+    }
+    value = Value::constant(py::reinterpret_borrow<py::object>(real), slot);
+  } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
+    guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    guards_.add_len(slot, n);
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      ValuePtr item = load(sources_.item(slot, py::int_(i)));
+      FJ_CHECK(item != nullptr, "item {} of {} unreadable", i, sources_.at(slot).text);
+      items.push_back(std::move(item));
+    }
+    value = PyTuple_CheckExact(obj) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    value->source = slot;
+  } else if (is_identity_object(obj)) {
+    guards_.add_id(slot, obj);
+    value = Value::object(py::reinterpret_borrow<py::object>(real), slot);
+  } else {
+    guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    value = Value::object(py::reinterpret_borrow<py::object>(real), slot);
+  }
+  by_slot_[slot] = value;
+  return value;
+}
+
+bool EntryState::is_frame_state(int slot) const {
+  // Items of containers count too: the (i, t) pair a performed FOR_ITER pushed for a loop over
+  // enumerate() holds the loop counter.
+  while (sources_.at(slot).kind == SourceKind::kItem) slot = sources_.at(slot).base;
+  const SourceKind kind = sources_.at(slot).kind;
+  return kind == SourceKind::kLocal || kind == SourceKind::kStack;
+}
+
+void EntryState::guard_type(int slot, PyObject* type) { guards_.add_type(slot, type); }
+void EntryState::guard_id(int slot, PyObject* obj) { guards_.add_id(slot, obj); }
+void EntryState::guard_const(int slot, PyObject* value) { guards_.add_const(slot, value); }
+void EntryState::guard_len(int slot, int64_t n) { guards_.add_len(slot, n); }
+
+void EntryState::guard_dict_contains(int slot, PyObject* key, bool present) {
+  guards_.add_dict_contains(slot, key, present);
+}
+
+void EntryState::guard_dict_keys(int slot, PyObject* keys) { guards_.add_dict_keys(slot, keys); }
+
+void EntryState::guard_class_attribute(int slot, PyTypeObject* type, PyObject* name,
+                                       bool present) {
+  guards_.add_type_version(slot, type, name, present);
+}
+
+void EntryState::guard_globals_dict(PyObject* globals) {
+  guards_.add_id(sources_.intern(SourceTable::globals_dict()), globals);
+}
+
+void EntryState::allow_any_sizes(const std::map<int, std::set<int>>& fixed) {
+  guards_.allow_any_sizes(fixed);
+}
+
+}  // namespace framejit

@@ -1,0 +1,92 @@
+// The entry state of a region: the sources the trace read (how to find each value again on every
+// call), their live values at trace time, the graph inputs, and the guards, of which this is the
+// only writer. Everything a region assumes about the state it starts from is added here.
+#pragma once
+
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <vector>
+
+#include "common/py.h"
+#include "common/ref.h"
+#include "guards/guards.h"
+#include "guards/source.h"
+#include "region/rebuild.h"
+#include "trace/recorder.h"
+#include "trace/value.h"
+
+namespace framejit {
+
+// Values of these exact types are constants: guarded by value, folded at trace time.
+bool is_constant_type(PyObject* obj);
+// Objects that are stable by identity: modules, functions, classes, builtins, descriptors.
+bool is_identity_object(PyObject* obj);
+
+class EntryState {
+ public:
+  // Borrowed: the frame's pieces (they outlive the trace). Tensors read from the frame become
+  // placeholders of `recorder`'s graph.
+  EntryState(const FrameState& frame, int entry_pc, GraphRecorder& recorder);
+  EntryState(const EntryState&) = delete;
+  EntryState& operator=(const EntryState&) = delete;
+
+  const FrameState& frame() const { return frame_; }
+  const SourceTable& sources() const { return sources_; }
+
+  // Interns `source`, reads its live value and wraps it (guards, a placeholder for a tensor).
+  // The same source always gives the same Value. nullptr (and the source forgotten) when it
+  // cannot be read: an unbound local, a missing global, key or attribute.
+  ValuePtr load(Source source);
+  // The Value loaded from `slot`, nullptr if none.
+  ValuePtr value_at(int slot) const {
+    auto found = by_slot_.find(slot);
+    return found == by_slot_.end() ? nullptr : found->second;
+  }
+  // The live value source `slot` was read as (Borrowed; held here). Only for loaded slots.
+  PyObject* live_value(int slot) const;
+  // Whether a source reads the frame's own state (locals, stack, items of those): numbers there
+  // are not specialised in regions that start mid-frame.
+  bool is_frame_state(int slot) const;
+  // The source slot of a tensor placeholder, -1 if `node` is none.
+  int slot_of_placeholder(Node* node) const;
+
+  // Graph inputs in placeholder order: tensors by slot (added by load), scalar inputs as
+  // expressions over slots (added by the size tracker).
+  void add_input(Rebuild input) { inputs_.push_back(std::move(input)); }
+  const std::vector<Rebuild>& inputs() const { return inputs_; }
+
+  // ---- guards: what the region assumes about its entry state ----
+  void guard_type(int slot, PyObject* type);
+  void guard_id(int slot, PyObject* obj);
+  void guard_const(int slot, PyObject* value);
+  void guard_len(int slot, int64_t n);
+  void guard_dict_contains(int slot, PyObject* key, bool present);
+  void guard_dict_keys(int slot, PyObject* keys);  // Borrowed: keys, a tuple
+  // Looking `name` up on class `type` (read from `slot`) finds something iff `present`.
+  void guard_class_attribute(int slot, PyTypeObject* type, PyObject* name, bool present);
+  // The frame's globals dict is `globals` (a region that writes a global relies on it).
+  void guard_globals_dict(PyObject* globals);
+  // For a backend that runs any size: tensor guards check no sizes but the input dimensions in
+  // `fixed` (by source slot), which a size read into Python pinned.
+  void allow_any_sizes(const std::map<int, std::set<int>>& fixed);
+
+  // The finished trace's sources and guards, moved out (the entry state is spent).
+  SourceTable take_sources() { return std::move(sources_); }
+  GuardSet take_guards() { return std::move(guards_); }
+
+ private:
+  ValuePtr wrap(int slot, py::handle real);
+
+  FrameState frame_;
+  int entry_pc_;
+  GraphRecorder& recorder_;
+  SourceTable sources_;
+  GuardSet guards_;
+  std::vector<Ref> live_;  // live values by slot
+  std::unordered_map<int, ValuePtr> by_slot_;
+  std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
+  std::vector<Rebuild> inputs_;
+};
+
+}  // namespace framejit

@@ -1,0 +1,146 @@
+// Rebuilding the Python state at a region's exit from graph outputs, sources and constants.
+#include "trace/exit_builder.h"
+
+#include "common/check.h"
+#include "trace/pyrefs.h"
+
+namespace framejit {
+
+void ExitBuilder::add_writes(const SideEffects& effects) {
+  for (const PendingWrite& write : effects.writes()) {
+    exit_.attr_writes.push_back(
+        {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value)});
+  }
+}
+
+Rebuild ExitBuilder::memoised(Rebuild r, const ValuePtr& value) {
+  // One object however often it is referenced (a list held by two locals stays one list).
+  if (value->memo < 0) value->memo = exit_.memo_size++;
+  r.memo = value->memo;
+  return r;
+}
+
+Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
+  // An entry-state value passed on unchanged keeps its identity: read it again from its source.
+  const bool from_source =
+      value->source >= 0 && value->node == nullptr &&
+      !(value->kind == VKind::kSymNum && value->fn);
+  if (from_source || (value->kind == VKind::kTensor && value->node->kind == NodeKind::kPlaceholder &&
+                      value->source >= 0)) {
+    return Rebuild::slot(value->source);
+  }
+  Rebuild r;
+  switch (value->kind) {
+    case VKind::kTensor: {
+      auto it = output_index_.find(value->node);
+      if (it == output_index_.end()) {
+        it = output_index_.emplace(value->node, static_cast<int>(outputs_.size())).first;
+        outputs_.push_back(Arg::of(value->node));
+      }
+      r.kind = Rebuild::Kind::kOutput;
+      r.index = it->second;
+      return r;
+    }
+    case VKind::kConst:
+      return Rebuild::constant(value->obj);
+    case VKind::kObject:
+      if (value->role == ObjRole::kNewObject) {  // an object made in the trace, escaping
+        py::tuple names(value->keys.size());
+        for (size_t i = 0; i < value->keys.size(); ++i) names[i] = value->keys[i];
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(names)};
+        for (const auto& part : value->items) parts.push_back(rebuild_of(part));
+        return memoised(Rebuild::call(PyRefs::get().support.attr("new_object"), std::move(parts)),
+                        value);
+      }
+      if (value->role == ObjRole::kGradManager) {  // a fresh, not yet entered manager
+        return Rebuild::call(py::reinterpret_borrow<py::object>(
+                                 reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});
+      }
+      if (value->role == ObjRole::kInferenceManager) {  // made in the trace, not yet entered
+        return Rebuild::call(PyRefs::get().torch.attr("inference_mode"),
+                             {Rebuild::constant(value->obj.attr("mode"))});
+      }
+      if (value->role == ObjRole::kAutocastManager) {  // made in the trace, not yet entered
+        std::vector<Rebuild> given;
+        for (const auto& item : value->items) given.push_back(Rebuild::constant(item->obj));
+        return Rebuild::call(PyRefs::get().torch.attr("autocast"), std::move(given));
+      }
+      FJ_CHECK(value->role != ObjRole::kInferenceExit && value->role != ObjRole::kAutocastExit,
+               "a region ends inside an in-graph inference_mode or autocast block");
+      if (value->role == ObjRole::kGradSet) {  // made (and switched) in the trace, not yet entered
+        return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
+                             {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});
+      }
+      if (value->role == ObjRole::kGradExit) {  // the __exit__ of a block the region ends inside
+        return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
+      }
+      if (value->role == ObjRole::kSuper) {  // super() kept across the exit: super(cls, self)
+        return Rebuild::call(py::module_::import("builtins").attr("super"),
+                             {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
+      }
+      if (value->role == ObjRole::kMadeFunction) {  // a function made in the trace, escaping
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->globals)};
+        for (const auto& part : value->items) parts.push_back(rebuild_of(part));
+        for (auto& part : parts) {
+          if (part.kind == Rebuild::Kind::kNull) part = Rebuild::constant(py::none());
+        }
+        return memoised(Rebuild::call(PyRefs::get().support.attr("make_function"), std::move(parts)),
+                        value);
+      }
+      if (value->bound_self) {  // a bound method: types.MethodType(function, self)
+        return Rebuild::call(py::module_::import("types").attr("MethodType"),
+                             {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
+      }
+      if (value->role == ObjRole::kTypeMethod) {
+        // LOAD_METHOD's [method, self] pair: CPython holds the function found on the type.
+        FJ_CHECK(value->obj && !value->obj.is_none(), "method marker without its function");
+      }
+      return Rebuild::constant(value->obj);
+    case VKind::kCell: {
+      // A cell made by MAKE_CELL in this region: a new cell with the content it has now.
+      std::vector<Rebuild> content;
+      if (!value->items.empty()) content.push_back(rebuild_of(value->items[0]));
+      return memoised(Rebuild::call(py::module_::import("types").attr("CellType"), std::move(content)),
+                      value);
+    }
+    case VKind::kSymNum: {
+      if (value->size_of) {  // the size of a tensor the exit has: read again from it
+        return Rebuild::call(PyRefs::get().tensor_type.attr("size"),
+                             {rebuild_of(value->size_of),
+                              Rebuild::constant(py::int_(value->size_dim))});
+      }
+      std::vector<Rebuild> args;
+      for (const auto& item : value->items) args.push_back(rebuild_of(item));
+      return Rebuild::call(value->fn, std::move(args));
+    }
+    case VKind::kIter: {
+      std::vector<Rebuild> rest;
+      for (size_t i = value->index; i < value->items.size(); ++i) {
+        rest.push_back(rebuild_of(value->items[i]));
+      }
+      Rebuild tuple;
+      tuple.kind = Rebuild::Kind::kTuple;
+      tuple.value = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
+      tuple.items = std::move(rest);
+      return memoised(Rebuild::call(py::module_::import("builtins").attr("iter"), {std::move(tuple)}),
+                      value);
+    }
+    case VKind::kTuple:
+    case VKind::kList:
+    case VKind::kDict:
+      r.kind = value->kind == VKind::kTuple  ? Rebuild::Kind::kTuple
+               : value->kind == VKind::kList ? Rebuild::Kind::kList
+                                             : Rebuild::Kind::kDict;
+      r.value = value->pytype;
+      r.keys = value->keys;
+      for (const auto& item : value->items) r.items.push_back(rebuild_of(item));
+      // Mutable: one object however often it is referenced.
+      return value->kind == VKind::kTuple ? r : memoised(std::move(r), value);
+    case VKind::kNull:
+      r.kind = Rebuild::Kind::kNull;
+      return r;
+  }
+  throw InternalError("unknown value kind at exit");
+}
+
+}  // namespace framejit

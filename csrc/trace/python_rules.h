@@ -1,0 +1,39 @@
+// How the trace treats the Python values and callables it meets: shared rules of the handler
+// families (access.cpp, calls.cpp, torch_calls.cpp), not state of a trace.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "common/py.h"
+#include "trace/kinds.h"
+#include "trace/value.h"
+
+namespace framejit {
+
+// A value read from somewhere the guards do not cover (a torch namespace, a class attribute):
+// constants for None/numbers/str/dtype/device, else an object used by reference.
+ValuePtr wrap_unsourced(py::object value);
+
+// The Python type a traced value has at run time (tensors: their exact type).
+py::object type_of(const ValuePtr& value);
+
+// A function-like class attribute resolved for `self` by framejit._support (is_function_like),
+// bound as Python binds it: methods and property getters to self, classmethods to self's class.
+// Borrowed: fn.
+ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self);
+
+// The items a value yields when iterated, if the trace knows them one by one (tuples, lists,
+// an unrolled iterator's remaining items, constant tuples and ranges). Reading does not consume
+// an iterator: the caller marks it exhausted once the use is traced.
+bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
+
+// Whether the last dotted part of `text` ("split" of "torch.split", or a bare method name) is
+// one of `names`.
+bool base_name_in(const std::string& text, std::initializer_list<const char*> names);
+
+// What the Tensor method `name` is to the tracer (cached _support.tensor_method_kind).
+TensorMethodKind tensor_method_kind(const std::string& name);
+
+}  // namespace framejit

@@ -1,0 +1,28 @@
+// The signals a trace throws to its caller (the runtime's compile loop) to be traced again
+// differently: with a call site not inlined, or with sizes as constants.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <utility>
+
+namespace framejit {
+
+// A call site (code object, code unit of its CALL) whose callee must not be inlined, because
+// tracing through it broke; the region then ends at that call instead.
+using CallSite = std::pair<PyCodeObject*, int>;
+
+// Thrown out of Tracer::run when an inlined callee cannot be traced: the caller retraces with
+// `site` not inlined (at most a few times: once per level of inlining).
+struct InlineBreak {
+  CallSite site;
+  std::string reason;
+};
+
+// Thrown out of Tracer::run when a region with symbolic sizes ends at an instruction that had a
+// size expression among its operands: the caller retraces with sizes as constants (specialised),
+// so a symbolic size never makes a region shorter than a constant one would.
+struct StaticSizesRetrace {};
+
+}  // namespace framejit

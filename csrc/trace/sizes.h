@@ -1,0 +1,98 @@
+// The size tracker: numbers that come from tensor sizes (and numbers known only at run time)
+// while the trace runs. A size read by traced code is a size expression that stays a graph value
+// while it only flows into torch calls; where Python needs the number, `specialize` pins it and
+// the input dimensions it is computed from are recorded for the guards (size_deps.h).
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "common/py.h"
+#include "trace/entry_state.h"
+#include "trace/recorder.h"
+#include "trace/size_deps.h"
+#include "trace/value.h"
+
+namespace framejit {
+
+class SizeTracker {
+ public:
+  SizeTracker(EntryState& entry, GraphRecorder& recorder);
+  SizeTracker(const SizeTracker&) = delete;
+  SizeTracker& operator=(const SizeTracker&) = delete;
+
+  // Whether sizes read from tensors stay graph values until Python needs their value (only for
+  // backends that run any size).
+  void set_symbolic(bool on) { symbolic_ = on; }
+  bool symbolic() const { return symbolic_; }
+
+  // Size `dim` of a tensor value: a size expression (symbolic), or a constant that specialises
+  // the trace's sizes. `how` names the read for the guards log.
+  ValuePtr tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how);
+  // x.shape / x.size(): a torch.Size of tensor_size() items.
+  ValuePtr tensor_shape(const ValuePtr& tensor, const std::string& how);
+  // The graph node computing a size expression (x.size(0), then operator nodes), made once.
+  Node* size_node(const ValuePtr& value);
+  // The graph input standing for a float SymNum used in a torch call (one per value).
+  ValuePtr scalar_input(const ValuePtr& value);
+
+  // Pins a number to its trace-time value (guards on every source it came from; a size in it
+  // pins the input dimensions it is computed from).
+  ValuePtr specialize(const ValuePtr& value);
+  // The value with every size expression in it pinned to its trace-time value.
+  ValuePtr concretize(const ValuePtr& value);
+  // Arguments of a call answered at trace time (a metadata query): every number known only at
+  // run time, sizes included, pinned (also inside containers).
+  void make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs);
+  // After an in-place op on `tensor` that may change its shape (x.t_(), x.unsqueeze_(0)): the
+  // sizes read from it before are pinned (they are what they were, not what it has now).
+  void pin_sizes_of(const ValuePtr& tensor, const std::string& why);
+
+  // A size (or something computed from sizes) became a Python value and the walk cannot say
+  // which: the trace holds for these sizes only. `what` says how, for the guards log.
+  void note_size_read(const std::string& what) {
+    if (size_read_.empty()) size_read_ = what;
+  }
+  // Size `dim` of `tensor` (-1: all its sizes) became a Python value: the input sizes it is
+  // computed from are pinned (SizeDeps), or all of them if the walk cannot tell.
+  void note_dim_read(const ValuePtr& tensor, int dim, const std::string& what);
+  // Every size of `tensor` (numel, nbytes) became a Python value.
+  void note_sizes_read(const ValuePtr& tensor, const std::string& what);
+  // How many tensors the split / chunk / unbind node `split` returns depends on sizes.
+  void note_split_count(Node* split, const std::string& what);
+
+  bool sizes_read() const { return !size_read_.empty(); }
+  const std::string& size_read() const { return size_read_; }
+  // The input dimensions pinned so far, by source slot, and for each the read that pinned it
+  // ("L['x'].size(1): a size used as a Python value at model.py:12"), for the guards log.
+  const std::map<int, std::set<int>>& pinned_dims() const { return pinned_dims_; }
+  const std::vector<std::string>& dim_reads() const { return dim_reads_; }
+
+ private:
+  void note_size_deps(SizeDeps& deps, const std::string& what);
+  // The size expression leaf for size `dim` (whose value now is `value`) of a tensor, made once.
+  ValuePtr size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value);
+
+  EntryState& entry_;
+  GraphRecorder& recorder_;
+  bool symbolic_ = false;
+  std::string size_read_;  // the first read that pinned every size, "" if none
+  std::vector<std::string> dim_reads_;
+  std::map<int, std::set<int>> pinned_dims_;
+  // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
+  std::unordered_set<Node*> reshaped_;
+  RankMemo ranks_;
+  // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
+  std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;
+  // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.
+  std::unordered_map<const Value*, std::pair<ValuePtr, Node*>> size_nodes_;
+  // Key (held alive, as above) -> the graph input standing for it.
+  std::unordered_map<const Value*, std::pair<ValuePtr, ValuePtr>> scalar_inputs_;
+};
+
+}  // namespace framejit
