@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "common/ref.h"
 #include "graph/fx_export.h"
 
 namespace framejit {
@@ -141,11 +142,11 @@ std::unique_ptr<Program> flatten(std::unique_ptr<Graph> graph) {
 
 // The operand's value: Borrowed for registers and constants, New for containers (`owned` set).
 // NULL with an error set on failure.
-PyObject* value_of(const Operand& op, PyObject* const* regs, bool* owned) {
+PyObject* value_of(const Operand& op, const Ref* regs, bool* owned) {
   *owned = false;
   switch (op.kind) {
     case Operand::Kind::kRegister:
-      return regs[op.reg];
+      return regs[op.reg].get();
     case Operand::Kind::kConstant:
       return op.constant;
     case Operand::Kind::kTuple:
@@ -184,7 +185,7 @@ PyObject* value_of(const Operand& op, PyObject* const* regs, bool* owned) {
 }
 
 // Runs one step into regs[step.out]. Returns false with an error set on failure.
-bool run_step(const Step& step, PyObject** regs) {
+bool run_step(const Step& step, Ref* regs) {
   constexpr size_t kInline = 8;
   const size_t n = step.args.size();
   PyObject* inline_argv[kInline + 1];
@@ -216,22 +217,22 @@ bool run_step(const Step& step, PyObject** regs) {
     if (owned[i]) Py_DECREF(argv[i + 1]);
   }
   if (result == nullptr) return false;
-  regs[step.out] = result;  // New
-  for (int reg : step.frees) Py_CLEAR(regs[reg]);
+  regs[step.out].reset(result);  // New
+  for (int reg : step.frees) regs[reg].reset();
   return true;
 }
 
 PyObject* run_program(const Program& program, PyObject* const* inputs, size_t n) {
   constexpr int kInlineRegs = 64;
-  PyObject* inline_regs[kInlineRegs] = {};
-  std::vector<PyObject*> heap_regs;
-  PyObject** regs = inline_regs;
+  Ref inline_regs[kInlineRegs];  // released when the run ends, however it ends
+  std::vector<Ref> heap_regs;
+  Ref* regs = inline_regs;
   if (program.num_regs > kInlineRegs) {
-    heap_regs.assign(program.num_regs, nullptr);
+    heap_regs.resize(program.num_regs);
     regs = heap_regs.data();
   }
   for (size_t i = 0; i < n; ++i) {
-    if (program.input_regs[i] >= 0) regs[program.input_regs[i]] = Py_NewRef(inputs[i]);
+    if (program.input_regs[i] >= 0) regs[program.input_regs[i]] = Ref::borrow(inputs[i]);
   }
   bool ok = true;
   for (const Step& step : program.steps) {
@@ -246,7 +247,6 @@ PyObject* run_program(const Program& program, PyObject* const* inputs, size_t n)
     result = value_of(program.output, regs, &owned);
     if (result != nullptr && !owned) Py_INCREF(result);
   }
-  for (int reg = 0; reg < program.num_regs; ++reg) Py_XDECREF(regs[reg]);
   return result;
 }
 

@@ -34,7 +34,8 @@ py::object interned(py::object key) {
 void SlotValues::reset(size_t n) {
   clear();
   if (n > kInline) {
-    heap_.assign(n, nullptr);
+    heap_.clear();
+    heap_.resize(n);
     data_ = heap_.data();
   } else {
     data_ = inline_;
@@ -43,9 +44,7 @@ void SlotValues::reset(size_t n) {
 }
 
 void SlotValues::clear() {
-  for (size_t i = 0; i < size_; ++i) {
-    Py_CLEAR(data_[i]);
-  }
+  for (size_t i = 0; i < size_; ++i) data_[i].reset();
   size_ = 0;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/py.h"
+#include "common/ref.h"
 
 namespace framejit {
 
@@ -46,27 +47,27 @@ struct FrameState {
   PyObject* function = nullptr;  // the frame's function (for its closure)
 };
 
-// Values of sources for one call: slot i holds a new reference to source i's value (or NULL).
+// Values of sources for one call: slot i owns a reference to source i's value (or is NULL).
 class SlotValues {
  public:
   SlotValues() = default;
   SlotValues(const SlotValues&) = delete;
   SlotValues& operator=(const SlotValues&) = delete;
-  ~SlotValues() { clear(); }
 
   void reset(size_t n);
   void clear();
-  PyObject* operator[](size_t i) const { return data_[i]; }
+  PyObject* operator[](size_t i) const { return data_[i].get(); }  // Borrowed
   // Stolen: value.
-  void set(size_t i, PyObject* value) { data_[i] = value; }
+  void set(size_t i, PyObject* value) { data_[i].reset(value); }
   size_t size() const { return size_; }
-  PyObject* const* data() const { return data_; }
+  // The values as an array of borrowed pointers (Ref is one pointer wide).
+  PyObject* const* data() const { return reinterpret_cast<PyObject* const*>(data_); }
 
  private:
   static constexpr size_t kInline = 32;
-  PyObject* inline_[kInline] = {};
-  std::vector<PyObject*> heap_;
-  PyObject** data_ = inline_;
+  Ref inline_[kInline];
+  std::vector<Ref> heap_;
+  Ref* data_ = inline_;
   size_t size_ = 0;
 };
 

@@ -6,10 +6,6 @@
 
 namespace framejit {
 
-namespace {
-uint32_t g_mask = 0;
-}
-
 const char* artifact_name(Artifact artifact) {
   switch (artifact) {
 #define FJ_ARTIFACT_NAME(name, bit) \
@@ -21,9 +17,11 @@ const char* artifact_name(Artifact artifact) {
   return "?";
 }
 
-void set_log_mask(uint32_t mask) { g_mask = mask; }
+void set_log_mask(uint32_t mask) { log_state().mask = mask; }
 
-bool log_enabled(Artifact artifact) { return (g_mask & static_cast<uint32_t>(artifact)) != 0; }
+bool log_enabled(Artifact artifact) {
+  return (log_state().mask & static_cast<uint32_t>(artifact)) != 0;
+}
 
 void log_emit(Artifact artifact, const std::string& message) {
   if (!log_enabled(artifact)) return;

@@ -24,6 +24,12 @@ enum class Artifact : uint32_t {
 
 const char* artifact_name(Artifact artifact);
 
+// The log layer's process-wide state: its part of the one module state (csrc/module_state.h).
+struct LogState {
+  uint32_t mask = 0;  // the artifacts on, one bit each
+};
+LogState& log_state();
+
 void set_log_mask(uint32_t mask);
 bool log_enabled(Artifact artifact);
 

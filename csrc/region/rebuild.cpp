@@ -45,10 +45,10 @@ Rebuild Rebuild::call(py::object fn, std::vector<Rebuild> args) {
 }
 
 PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
-                         std::vector<PyObject*>& memo_objects) const {
-  if (memo >= 0 && memo_objects[memo] != nullptr) {
-    Py_INCREF(memo_objects[memo]);
-    return memo_objects[memo];
+                         MemoTable& memo_objects) const {
+  if (PyObject* built = memo_objects.get(memo)) {
+    Py_INCREF(built);
+    return built;
   }
   PyObject* out = nullptr;
   switch (kind) {
@@ -108,10 +108,7 @@ PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
       break;
     }
   }
-  if (memo >= 0) {
-    Py_INCREF(out);
-    memo_objects[memo] = out;
-  }
+  if (memo >= 0) memo_objects.set(memo, Ref::borrow(out));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/py.h"
+#include "common/ref.h"
 #include "guards/source.h"
 
 namespace framejit {
@@ -35,26 +36,28 @@ struct Rebuild {
   static Rebuild call(py::object fn, std::vector<Rebuild> args);
 
   // Borrowed: outputs (a tuple or list; may be NULL when the region has no graph), slots.
-  // `memo` has one entry per memo index (owned references, NULL until built). Returns a new
-  // reference, or NULL with an exception set (kNull returns NULL with no exception).
-  PyObject* build(PyObject* outputs, const SlotValues& slots, std::vector<PyObject*>& memo) const;
+  // `memo` has one entry per memo index (NULL until built). Returns a new reference, or NULL
+  // with an exception set (kNull returns NULL with no exception).
+  PyObject* build(PyObject* outputs, const SlotValues& slots, class MemoTable& memo) const;
 
   std::string to_string() const;  // "(out[0], slot[1], 3)"
 };
 
-// Owned references to memoised objects of one exit; released on scope exit.
+// The memoised objects of one exit (built once however often they are referenced).
 class MemoTable {
  public:
-  explicit MemoTable(size_t n) : objects_(n, nullptr) {}
-  ~MemoTable() {
-    for (PyObject* obj : objects_) Py_XDECREF(obj);
-  }
+  explicit MemoTable(size_t n) : objects_(n) {}
   MemoTable(const MemoTable&) = delete;
   MemoTable& operator=(const MemoTable&) = delete;
-  std::vector<PyObject*>& objects() { return objects_; }
+  // Borrowed, NULL until built.
+  PyObject* get(int index) const {
+    return index >= 0 && static_cast<size_t>(index) < objects_.size() ? objects_[index].get()
+                                                                      : nullptr;
+  }
+  void set(int index, Ref object) { objects_.at(static_cast<size_t>(index)) = std::move(object); }
 
  private:
-  std::vector<PyObject*> objects_;
+  std::vector<Ref> objects_;
 };
 
 }  // namespace framejit

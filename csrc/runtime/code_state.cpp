@@ -7,32 +7,27 @@
 
 #include "common/check.h"
 #include "log/log.h"
+#include "runtime/runtime_state.h"
 
 namespace framejit {
 
 namespace {
 
-Py_ssize_t g_extra_index = -1;
-std::unordered_set<CodeState*>* g_registry = new std::unordered_set<CodeState*>();  // leaked on purpose
-std::vector<std::string> g_skip_prefixes;
-std::vector<std::string> g_allow_prefixes;
-// Code objects traced even where their file is skipped: the forward of a torch.nn module
-// compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
-std::vector<py::object>* g_allow_codes = new std::vector<py::object>();  // never freed
 
 // Called by CPython when a code object dies (its co_extra slot is freed). GIL held.
 void free_code_state(void* ptr) {
   auto* state = static_cast<CodeState*>(ptr);
-  g_registry->erase(state);
+  runtime_state().registry.erase(state);
   delete state;
 }
 
 Py_ssize_t extra_index() {
-  if (g_extra_index < 0) {
-    g_extra_index = _PyEval_RequestCodeExtraIndex(free_code_state);
-    FJ_CHECK(g_extra_index >= 0, "no co_extra index available");
+  Py_ssize_t& index = runtime_state().extra_index;
+  if (index < 0) {
+    index = _PyEval_RequestCodeExtraIndex(free_code_state);
+    FJ_CHECK(index >= 0, "no co_extra index available");
   }
-  return g_extra_index;
+  return index;
 }
 
 class RuntimeTraceHost final : public TraceHost {
@@ -67,12 +62,12 @@ CodeState* code_state(PyCodeObject* code) {
     delete state;
     throw InternalError("_PyCode_SetExtra failed");
   }
-  g_registry->insert(state);
+  runtime_state().registry.insert(state);
   return state;
 }
 
 void reset_all_code_states() {
-  for (CodeState* state : *g_registry) {
+  for (CodeState* state : runtime_state().registry) {
     state->decision = CodeState::Decision::kUnknown;
     state->regions.clear();
     state->bytecode.reset();
@@ -81,20 +76,21 @@ void reset_all_code_states() {
 }
 
 void reset_skip_decisions() {
-  for (CodeState* state : *g_registry) state->decision = CodeState::Decision::kUnknown;
+  for (CodeState* state : runtime_state().registry) state->decision = CodeState::Decision::kUnknown;
 }
 
 void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allow) {
-  g_skip_prefixes = std::move(skip);
-  g_allow_prefixes = std::move(allow);
+  runtime_state().skip_prefixes = std::move(skip);
+  runtime_state().allow_prefixes = std::move(allow);
   reset_skip_decisions();
 }
 
 void allow_code(py::object code) {
-  for (const auto& known : *g_allow_codes) {
+  std::vector<py::object>& codes = runtime_state().allow_codes;
+  for (const auto& known : codes) {
     if (known.ptr() == code.ptr()) return;
   }
-  g_allow_codes->push_back(std::move(code));
+  codes.push_back(std::move(code));
   reset_skip_decisions();
 }
 
@@ -110,13 +106,14 @@ bool should_skip_code(PyCodeObject* code) {
   }
   const std::string filename = name;
   if (filename.empty() || starts_with(filename, "<frozen")) return true;  // importlib & co.
-  for (const auto& prefix : g_allow_prefixes) {
+  const RuntimeState& rs = runtime_state();
+  for (const auto& prefix : rs.allow_prefixes) {
     if (starts_with(filename, prefix)) return false;
   }
-  for (const auto& known : *g_allow_codes) {
+  for (const auto& known : rs.allow_codes) {
     if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
   }
-  for (const auto& prefix : g_skip_prefixes) {
+  for (const auto& prefix : rs.skip_prefixes) {
     if (starts_with(filename, prefix)) return true;
   }
   return false;

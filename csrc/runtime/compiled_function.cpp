@@ -4,13 +4,13 @@
 
 #include <structmember.h>
 
+#include "runtime/runtime_state.h"
 #include "runtime/thread_state.h"
 
 namespace framejit {
 
 namespace {
 
-PyObject* g_compiled_type = nullptr;  // Borrowed: the type made at module init
 
 struct CompiledFunctionObject {
   PyObject_HEAD
@@ -116,8 +116,8 @@ PyObject* make_compiled_function_type() {
           Py_TPFLAGS_METHOD_DESCRIPTOR,
       slots,
   };
-  g_compiled_type = PyType_FromSpec(&spec);  // New; the module keeps it alive
-  return g_compiled_type;
+  runtime_state().compiled_type = PyType_FromSpec(&spec);  // New; the module keeps it alive
+  return runtime_state().compiled_type;
 }
 
 PyObject* new_compiled_function(PyObject* type, PyObject* fn,
@@ -137,7 +137,7 @@ PyObject* new_compiled_function(PyObject* type, PyObject* fn,
 
 PyObject* compiled_function_with(PyObject* compiled, PyObject* fn) {
   auto* self = reinterpret_cast<CompiledFunctionObject*>(compiled);
-  if (reinterpret_cast<PyObject*>(Py_TYPE(compiled)) != g_compiled_type || self->ctx == nullptr) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(compiled)) != runtime_state().compiled_type || self->ctx == nullptr) {
     PyErr_SetString(PyExc_TypeError, "expected a framejit compiled function");
     return nullptr;
   }

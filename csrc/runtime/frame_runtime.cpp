@@ -14,6 +14,7 @@
 #include "graph/printer.h"
 #include "log/log.h"
 #include "runtime/eval_frame.h"
+#include "runtime/runtime_state.h"
 #include "runtime/thread_state.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
@@ -22,48 +23,31 @@ namespace framejit {
 
 namespace {
 
-int g_active_threads = 0;  // threads inside a compiled function (GIL-protected)
-int g_next_graph_id = 0;
-int g_next_region_id = 0;
 thread_local ThreadState t_state;
 
 // The frame's value stack between regions: owned references, NULL entries allowed.
 class ValueStack {
  public:
-  ValueStack() = default;
-  ValueStack(const ValueStack&) = delete;
-  ValueStack& operator=(const ValueStack&) = delete;
-  ~ValueStack() { clear(); }
-
-  void clear() {
-    for (PyObject* item : items_) Py_XDECREF(item);
-    items_.clear();
-  }
-  void push(PyObject* stolen) { items_.push_back(stolen); }
-  PyObject* pop() {  // New (the stack's reference passes to the caller)
-    PyObject* top = items_.back();
-    items_.pop_back();
-    return top;
-  }
-  void drop(size_t n) {
-    for (size_t i = 0; i < n; ++i) Py_XDECREF(pop());
-  }
-  PyObject* top() const { return items_.back(); }
-  PyObject** data() { return items_.data(); }
+  void clear() { items_.clear(); }
+  void push(Ref item) { items_.push_back(std::move(item)); }
+  void drop(size_t n) { items_.resize(items_.size() - n); }
+  PyObject* top() const { return items_.back().get(); }  // Borrowed
+  // The entries as an array of borrowed pointers (Ref is one pointer wide): FrameState::stack,
+  // and the arguments of a call the runtime makes.
+  PyObject** data() { return reinterpret_cast<PyObject**>(items_.data()); }
   size_t size() const { return items_.size(); }
-  void replace(std::vector<PyObject*> stolen) {
-    clear();
-    items_ = std::move(stolen);
-  }
+  void replace(std::vector<Ref> items) { items_ = std::move(items); }
   // Hands every reference to the caller (for fj_frame_resume, which steals them).
   std::vector<PyObject*> release() {
-    std::vector<PyObject*> out = std::move(items_);
+    std::vector<PyObject*> out;
+    out.reserve(items_.size());
+    for (Ref& item : items_) out.push_back(item.release());
     items_.clear();
     return out;
   }
 
  private:
-  std::vector<PyObject*> items_;
+  std::vector<Ref> items_;
 };
 
 // One execution of one frame through the runtime.
@@ -163,7 +147,7 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
   region->exit.kind = ExitKind::kDeopt;
   region->exit.pc = pc;
   region->reason = std::move(reason);
-  region->id = g_next_region_id++;
+  region->id = runtime_state().next_region_id++;
   return region;
 }
 
@@ -232,7 +216,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   }
 
   auto region = std::make_unique<Region>();
-  region->id = g_next_region_id++;
+  region->id = runtime_state().next_region_id++;
   region->kind = RegionKind::kCompiled;
   region->entry_pc = pc;
   region->entry_nulls = tracer.entry_nulls();
@@ -253,7 +237,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->guards = tracer.entry().take_guards();
   if (region->graph_ops == 0) return region;  // nothing for a backend
 
-  region->graph_id = g_next_graph_id++;
+  region->graph_id = runtime_state().next_graph_id++;
   region->graph_text = print_graph(graph, linecache_source(graph.filename()));
   if (log_enabled(Artifact::graph_code)) {
     log_emit(Artifact::graph_code,
@@ -286,7 +270,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     py::object gm = PyRefs::get().support.attr("FramejitGraphModule")(
         runner, fmt::format("__compiled_fn_{}", region->graph_id));
     py::list example_inputs;
-    std::vector<PyObject*> memo;
+    MemoTable memo(0);  // graph inputs are never memoised
     for (const Rebuild& input : region->inputs) {
       PyObject* value = input.build(nullptr, slots, memo);
       if (value == nullptr) throw py::error_already_set();
@@ -320,8 +304,8 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
   constexpr size_t kInline = 16;
   PyObject* inline_args[kInline];
   std::vector<PyObject*> heap_args;
-  std::vector<PyObject*> owned;
-  std::vector<PyObject*> memo;
+  std::vector<Ref> owned;
+  MemoTable memo(0);  // graph inputs are never memoised
   const size_t n = region.inputs.size();
   PyObject** args = inline_args;
   if (n > kInline) {
@@ -335,11 +319,8 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
       continue;
     }
     args[i] = input.build(nullptr, slots, memo);
-    if (args[i] == nullptr) {
-      for (PyObject* o : owned) Py_DECREF(o);
-      return nullptr;
-    }
-    owned.push_back(args[i]);
+    if (args[i] == nullptr) return nullptr;
+    owned.push_back(Ref::steal(args[i]));
   }
   PyObject* outputs;
   {
@@ -351,7 +332,7 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
     // region's entry, so the thread's grad mode must be the entry's again.
     restore_global_torch_state(region.guards.entry_state());
   }
-  for (PyObject* o : owned) Py_DECREF(o);
+  owned.clear();
   if (outputs != nullptr && !PyTuple_Check(outputs) && !PyList_Check(outputs)) {
     PyErr_Format(PyExc_TypeError,
                  "framejit: backend '%s' returned %s from a compiled graph, expected a tuple",
@@ -363,7 +344,7 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
 
 // setattr for each attribute write of the region, in program order. False on error.
 bool replay_attr_writes(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
-                        std::vector<PyObject*>& memo) {
+                        MemoTable& memo) {
   for (const RegionExit::AttrWrite& write : exit.attr_writes) {
     PyObject* target = write.target.build(outputs, slots, memo);  // New
     if (target == nullptr) return false;
@@ -378,35 +359,25 @@ bool replay_attr_writes(const RegionExit& exit, PyObject* outputs, const SlotVal
 
 // Writes the exit's locals into the frame and replaces the value stack. False on error.
 bool write_exit_state(FrameRun& run, const RegionExit& exit, PyObject* outputs,
-                      const SlotValues& slots, std::vector<PyObject*>& memo) {
+                      const SlotValues& slots, MemoTable& memo) {
   PyObject** localsplus = fj_frame_localsplus(run.frame);
-  std::vector<std::pair<int, PyObject*>> locals;
-  std::vector<PyObject*> stack;
-  auto release = [&]() {
-    for (auto& entry : locals) Py_XDECREF(entry.second);
-    for (PyObject* item : stack) Py_XDECREF(item);
-  };
+  std::vector<std::pair<int, Ref>> locals;
+  std::vector<Ref> stack;
   // Build everything first: rebuilds read slots, never the frame, so order does not matter,
   // but a failure must leave the frame as it was.
   for (const auto& [index, rebuild] : exit.locals) {
-    PyObject* value = rebuild.build(outputs, slots, memo);
-    if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) {
-      release();
-      return false;
-    }
-    locals.emplace_back(index, value);
+    Ref value = Ref::steal(rebuild.build(outputs, slots, memo));
+    if (!value && rebuild.kind != Rebuild::Kind::kNull) return false;
+    locals.emplace_back(index, std::move(value));
   }
   for (const Rebuild& rebuild : exit.stack) {
-    PyObject* value = rebuild.build(outputs, slots, memo);
-    if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) {
-      release();
-      return false;
-    }
-    stack.push_back(value);
+    Ref value = Ref::steal(rebuild.build(outputs, slots, memo));
+    if (!value && rebuild.kind != Rebuild::Kind::kNull) return false;
+    stack.push_back(std::move(value));
   }
   for (auto& [index, value] : locals) {
     PyObject* old = localsplus[index];
-    localsplus[index] = value;  // the frame owns it now
+    localsplus[index] = value.release();  // the frame owns it now
     Py_XDECREF(old);
   }
   run.stack.replace(std::move(stack));
@@ -431,17 +402,13 @@ Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int&
 }
 
 // A frame state that exists only for warming: the locals and stack a region would leave,
-// built from placeholder tensors of the right metadata. Owns its references.
+// built from placeholder tensors of the right metadata.
 struct SyntheticState {
-  std::vector<PyObject*> locals;
-  std::vector<PyObject*> stack;
-  SyntheticState() = default;
-  SyntheticState(const SyntheticState&) = delete;
-  SyntheticState& operator=(const SyntheticState&) = delete;
-  ~SyntheticState() {
-    for (PyObject* o : locals) Py_XDECREF(o);
-    for (PyObject* o : stack) Py_XDECREF(o);
-  }
+  std::vector<Ref> locals;
+  std::vector<Ref> stack;
+  // As the borrowed arrays a FrameState reads (Ref is one pointer wide).
+  PyObject** locals_data() { return reinterpret_cast<PyObject**>(locals.data()); }
+  PyObject* const* stack_data() { return reinterpret_cast<PyObject* const*>(stack.data()); }
 };
 
 constexpr int kMaxWarmDepth = 16;
@@ -468,20 +435,17 @@ bool synthesize_exit_state(FrameRun& run, Region& region, const FrameState& fs,
     py::tuple outputs(made);
     MemoTable memo(static_cast<size_t>(region.exit.memo_size));
     const int n_locals = fj_frame_nlocalsplus(run.frame);
-    out.locals.assign(static_cast<size_t>(n_locals), nullptr);
-    for (int i = 0; i < n_locals; ++i) {
-      out.locals[i] = fs.localsplus[i];
-      Py_XINCREF(out.locals[i]);
-    }
+    out.locals.clear();
+    for (int i = 0; i < n_locals; ++i) out.locals.push_back(Ref::borrow(fs.localsplus[i]));
     for (const auto& [index, rebuild] : region.exit.locals) {
-      PyObject* value = rebuild.build(outputs.ptr(), slots, memo.objects());
-      if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
-      Py_XSETREF(out.locals[index], value);
+      Ref value = Ref::steal(rebuild.build(outputs.ptr(), slots, memo));
+      if (!value && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
+      out.locals[index] = std::move(value);
     }
     for (const Rebuild& rebuild : region.exit.stack) {
-      PyObject* value = rebuild.build(outputs.ptr(), slots, memo.objects());
-      if (value == nullptr && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
-      out.stack.push_back(value);
+      Ref value = Ref::steal(rebuild.build(outputs.ptr(), slots, memo));
+      if (!value && rebuild.kind != Rebuild::Kind::kNull) throw py::error_already_set();
+      out.stack.push_back(std::move(value));
     }
   } catch (const py::error_already_set&) {
     PyErr_Clear();
@@ -500,7 +464,7 @@ void warm_branch_sides(FrameRun& run, Region& region, const FrameState& fs, int 
   for (const int target : {exit.target_pc, exit.next_pc}) {
     // X_OR_POP keeps the condition on the side that jumps; every other branch pops it.
     const bool keeps = or_pop && target == exit.target_pc;
-    FrameState side{state.locals.data(), fs.globals, fs.builtins, state.stack.data(),
+    FrameState side{state.locals_data(), fs.globals, fs.builtins, state.stack_data(),
                     static_cast<int>(state.stack.size()) - (keeps ? 0 : 1), fs.function};
     warm_target(run, target, side, depth + 1);
   }
@@ -602,7 +566,7 @@ bool perform_call(FrameRun& run, const RegionExit& exit) {
   fj_frame_unlink(run.tstate, run.frame);
   if (result == nullptr) return false;
   run.stack.drop(consumed);
-  run.stack.push(result);
+  run.stack.push(Ref::steal(result));
   run.pc = exit.next_pc;
   return true;
 }
@@ -613,7 +577,7 @@ bool perform_iter(FrameRun& run, const RegionExit& exit) {
     PyObject* iterator = PyObject_GetIter(run.stack.top());  // New
     if (iterator == nullptr) return false;
     run.stack.drop(1);
-    run.stack.push(iterator);
+    run.stack.push(Ref::steal(iterator));
     run.pc = exit.next_pc;
     return true;
   }
@@ -622,7 +586,7 @@ bool perform_iter(FrameRun& run, const RegionExit& exit) {
   PyObject* next = (*Py_TYPE(iterator)->tp_iternext)(iterator);  // New or NULL
   fj_frame_unlink(run.tstate, run.frame);
   if (next != nullptr) {
-    run.stack.push(next);
+    run.stack.push(Ref::steal(next));
     run.pc = exit.next_pc;
     return true;
   }
@@ -654,8 +618,8 @@ bool perform_with(FrameRun& run, const RegionExit& exit) {
     return false;
   }
   run.stack.drop(1);
-  run.stack.push(on_exit);
-  run.stack.push(entered);
+  run.stack.push(Ref::steal(on_exit));
+  run.stack.push(Ref::steal(entered));
   run.pc = exit.next_pc;
   return true;
 }
@@ -668,7 +632,7 @@ bool perform_subscr(FrameRun& run, const RegionExit& exit) {
   fj_frame_unlink(run.tstate, run.frame);
   if (item == nullptr) return false;
   run.stack.drop(2);
-  run.stack.push(item);
+  run.stack.push(Ref::steal(item));
   run.pc = exit.next_pc;
   return true;
 }
@@ -733,7 +697,7 @@ PyObject* run_frame(FrameRun& run) {
     }
     const RegionExit& exit = region->exit;
     MemoTable memo(static_cast<size_t>(exit.memo_size));
-    if (!replay_attr_writes(exit, outputs, slots, memo.objects())) {
+    if (!replay_attr_writes(exit, outputs, slots, memo)) {
       // Reported like a graph error: at the region's first instruction, whose stack is the one
       // the runtime still holds.
       Py_DECREF(outputs);
@@ -741,11 +705,11 @@ PyObject* run_frame(FrameRun& run) {
       return resume(run, state.bytecode->at(run.pc).offset, true);
     }
     if (exit.kind == ExitKind::kReturn) {
-      PyObject* result = exit.result.build(outputs, slots, memo.objects());
+      PyObject* result = exit.result.build(outputs, slots, memo);
       Py_DECREF(outputs);
       return result;
     }
-    const bool written = write_exit_state(run, exit, outputs, slots, memo.objects());
+    const bool written = write_exit_state(run, exit, outputs, slots, memo);
     Py_DECREF(outputs);
     slots.clear();
     if (!written) return nullptr;
@@ -783,7 +747,7 @@ ThreadState& thread_state() { return t_state; }
 
 ActiveScope::ActiveScope(const std::shared_ptr<CompileContext>& ctx)
     : prev_(t_state.ctx_owner), prev_paused_(t_state.paused) {
-  if (!prev_ && g_active_threads++ == 0) fj_install_hook();
+  if (!prev_ && runtime_state().active_threads++ == 0) fj_install_hook();
   t_state.ctx_owner = ctx;
   t_state.ctx = ctx.get();
   t_state.paused = 0;
@@ -793,10 +757,10 @@ ActiveScope::~ActiveScope() {
   t_state.paused = prev_paused_;
   t_state.ctx_owner = std::move(prev_);
   t_state.ctx = t_state.ctx_owner.get();
-  if (!t_state.ctx && --g_active_threads == 0) fj_uninstall_hook();
+  if (!t_state.ctx && --runtime_state().active_threads == 0) fj_uninstall_hook();
 }
 
-int graphs_compiled() { return g_next_graph_id; }
+int graphs_compiled() { return runtime_state().next_graph_id; }
 
 }  // namespace framejit
 

@@ -257,8 +257,8 @@ namespace {
 // of a base is set or deleted (PyType_Modified).
 unsigned int type_version(PyTypeObject* type) {
   if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
-    static PyObject* probe = PyUnicode_InternFromString("__framejit_version_probe__");  // immortal
-    _PyType_Lookup(type, probe);  // Borrowed result, unused: the lookup assigns the tag
+    // Borrowed result, unused: the lookup assigns the tag.
+    _PyType_Lookup(type, PyRefs::get().version_probe.ptr());
   }
   return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
 }

@@ -10,6 +10,7 @@
 
 #include "trace/modes.h"
 #include "trace/pyrefs.h"
+#include "trace/trace_state.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -136,7 +137,7 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
 }
 
 TensorMethodKind tensor_method_kind(const std::string& name) {
-  static std::unordered_map<std::string, TensorMethodKind> cache;
+  auto& cache = trace_state().tensor_method_kinds;
   auto it = cache.find(name);
   if (it == cache.end()) {
     auto kind = PyRefs::get().support.attr("tensor_method_kind")(name).cast<TensorMethodKind>();

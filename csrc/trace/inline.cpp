@@ -18,11 +18,7 @@ namespace {
 // Whether any global nn.Module hook is registered (then module calls are not inlined): the
 // hook dicts of torch.nn.modules.module, read in C.
 bool global_module_hooks() {
-  static PyObject* module = nullptr;  // torch.nn.modules.module: imported once, kept
-  if (module == nullptr) {
-    module = PyImport_ImportModule("torch.nn.modules.module");  // New, never released
-    if (module == nullptr) throw py::error_already_set();
-  }
+  PyObject* module = PyRefs::get().nn_module_module.ptr();
   static const char* kHookDicts[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
                                      "_global_backward_hooks", "_global_backward_pre_hooks",
                                      "_global_forward_hooks_always_called"};

@@ -63,7 +63,7 @@ void Tracer::new_object_store(const ValuePtr& self, const std::string& name, Val
 
 ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
                               KwValues& kwargs) {
-  static PyObject* partial_type = py::object(py::module_::import("functools").attr("partial")).release().ptr();  // immortal for the process
+  PyObject* partial_type = PyRefs::get().partial_type.ptr();  // Borrowed: functools.partial
   if (callable.ptr() == partial_type) {
     // partial(f, *args, **kw) of values fixed at trace time: the real object, used by reference.
     bool fixed = !args.empty();

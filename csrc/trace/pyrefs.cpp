@@ -2,11 +2,11 @@
 #include "trace/pyrefs.h"
 
 #include "common/check.h"
+#include "trace/trace_state.h"
 
 namespace framejit {
 
 namespace {
-PyRefs* g_refs = nullptr;
 
 const std::string& cached(std::unordered_map<PyObject*, std::pair<py::object, std::string>>& cache,
                           py::handle key, const char* helper, py::object& support) {
@@ -21,13 +21,15 @@ const std::string& cached(std::unordered_map<PyObject*, std::pair<py::object, st
 }  // namespace
 
 PyRefs& PyRefs::get() {
-  FJ_CHECK(g_refs != nullptr, "framejit._C used before _init");
-  return *g_refs;
+  TraceState& state = trace_state();
+  FJ_CHECK(state.refs_ready, "framejit._C used before _init");
+  return state.refs;
 }
 
 void PyRefs::init(py::object support_module) {
-  if (g_refs == nullptr) g_refs = new PyRefs();  // never freed: see header
-  PyRefs& r = *g_refs;
+  TraceState& state = trace_state();
+  state.refs_ready = true;
+  PyRefs& r = state.refs;
   r.torch = py::module_::import("torch");
   r.tensor_type = r.torch.attr("Tensor");
   r.size_type = r.torch.attr("Size");
@@ -42,6 +44,10 @@ void PyRefs::init(py::object support_module) {
   r.support = std::move(support_module);
   r.unsupported_error = r.support.attr("Unsupported");
   r.warning_category = r.support.attr("FramejitWarning");
+  r.partial_type = py::module_::import("functools").attr("partial");
+  r.nn_module_module = py::module_::import("torch.nn.modules.module");
+  r.version_probe = py::reinterpret_steal<py::object>(
+      PyUnicode_InternFromString("__framejit_version_probe__"));
 }
 
 CallableKind PyRefs::classify(py::handle fn) {

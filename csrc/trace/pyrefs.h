@@ -25,8 +25,12 @@ struct PyRefs {
   py::object support;          // framejit._support: the Python half of tracing decisions
   py::object unsupported_error;  // framejit.Unsupported
   py::object warning_category;   // framejit.FramejitWarning
+  py::object partial_type;       // functools.partial
+  py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
+  py::object version_probe;      // an interned name looked up to make CPython assign a type tag
 
-  // Initialised by module init; intentionally never destroyed (interpreter teardown order).
+  // Initialised by module init; part of the module state (TraceState), never destroyed
+  // (interpreter teardown order).
   static PyRefs& get();
   static void init(py::object support_module);
 

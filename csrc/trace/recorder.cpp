@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "guards/tensor_check.h"
 #include "trace/pyrefs.h"
+#include "trace/trace_state.h"
 
 namespace framejit {
 
@@ -40,24 +41,9 @@ void collect_tensor_devices(const ValuePtr& value, std::vector<py::object>& out)
   for (const auto& item : value->items) collect_tensor_devices(item, out);
 }
 
-// ---- The meta-result cache ----
-// Running a torch op on meta tensors costs 100-500 us (many meta kernels are Python
-// decompositions); the same op on the same metadata recurs constantly (layers, unrolled loops).
-// Results are cached by (op, argument metadata and constants, grad mode, default dtype) and
-// rebuilt as fresh meta tensors. In-place ops, results that alias an input object and results
-// with a storage offset are never cached.
+// ---- The meta-result memo (MetaMemo in recorder.h) ----
 
-struct CachedMeta {
-  py::object fn;  // held, so the address in the key can never name another object
-  bool sequence = false;
-  py::object sequence_type;  // tuple, list, or a structseq type
-  std::vector<MetaShape> outputs;
-};
-
-std::unordered_map<std::string, CachedMeta>& meta_cache() {
-  static auto* cache = new std::unordered_map<std::string, CachedMeta>();  // lives forever
-  return *cache;
-}
+std::unordered_map<std::string, CachedMeta>& meta_cache() { return trace_state().meta.results; }
 
 bool append_value_key(PyObject* obj, std::string& key) {
   const PyRefs& refs = PyRefs::get();
@@ -189,10 +175,7 @@ std::string device_string(py::handle device) {
 
 void clear_meta_cache() { meta_cache().clear(); }
 
-MetaCacheStats& meta_cache_stats() {
-  static MetaCacheStats stats;
-  return stats;
-}
+MetaCacheStats& meta_cache_stats() { return trace_state().meta.stats; }
 
 GraphRecorder::GraphRecorder(PyCodeObject* code, const TraceSite& site)
     : site_(site),

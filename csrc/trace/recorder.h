@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/py.h"
 #include "graph/graph.h"
+#include "guards/tensor_check.h"
 #include "trace/trace_site.h"
 #include "trace/value.h"
 
@@ -49,6 +51,23 @@ struct MetaCacheStats {
   uint64_t uncacheable = 0;  // run on meta tensors every time (in-place, unkeyable arguments)
 };
 MetaCacheStats& meta_cache_stats();
+
+// The memo of meta results, process-wide (TraceState). Running a torch op on meta tensors costs
+// 100-500 us (many meta kernels are Python decompositions); the same op on the same metadata
+// recurs constantly (layers, unrolled loops). Results are kept by (op, argument metadata and
+// constants, grad mode, default dtype) and rebuilt as fresh meta tensors. In-place ops, results
+// that alias an input object and results with a storage offset are never kept.
+struct CachedMeta {
+  py::object fn;  // held, so the address in the key can never name another object
+  bool sequence = false;
+  py::object sequence_type;  // tuple, list, or a structseq type
+  std::vector<MetaShape> outputs;
+};
+
+struct MetaMemo {
+  std::unordered_map<std::string, CachedMeta> results;
+  MetaCacheStats stats;
+};
 // Drops the cache of meta results (framejit._C.clear_meta_cache()).
 void clear_meta_cache();
 

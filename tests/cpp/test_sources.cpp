@@ -68,7 +68,7 @@ TEST_CASE("rebuild builds containers, calls and memoised objects") {
                                {Rebuild::slot(0), Rebuild::constant(py::int_(4))})};
 
   MemoTable memo(1);
-  py::object built = py::reinterpret_steal<py::object>(tuple.build(outputs.ptr(), slots, memo.objects()));
+  py::object built = py::reinterpret_steal<py::object>(tuple.build(outputs.ptr(), slots, memo));
   REQUIRE(built);
   CHECK(py::repr(built).cast<std::string>() == "([3, 'c'], [3, 'c'], 'out0', 7)");
   // The same list object twice: a list held by two locals stays one list.

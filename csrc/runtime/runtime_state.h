@@ -1,0 +1,33 @@
+// The runtime's process-wide state: its part of the one module state (csrc/module_state.h).
+// Per-thread state (is the hook on for this thread, which compile call) is ThreadState.
+#pragma once
+
+#include <Python.h>
+
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "common/py.h"
+
+namespace framejit {
+
+struct CodeState;
+
+struct RuntimeState {
+  Py_ssize_t extra_index = -1;               // the co_extra slot of CodeState
+  std::unordered_set<CodeState*> registry;   // every live CodeState (framejit.reset())
+  std::vector<std::string> skip_prefixes;    // frame-skip rules: files never traced
+  std::vector<std::string> allow_prefixes;   // ... and files traced even so
+  // Code objects traced even where their file is skipped: the forward of a torch.nn module
+  // compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
+  std::vector<py::object> allow_codes;
+  int active_threads = 0;  // threads inside a compiled function (GIL-protected)
+  int next_graph_id = 0;
+  int next_region_id = 0;
+  PyObject* compiled_type = nullptr;  // Borrowed: the CompiledFunction type made at module init
+};
+
+RuntimeState& runtime_state();
+
+}  // namespace framejit
