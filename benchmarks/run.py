@@ -335,6 +335,13 @@ def tiny_function(x):
     return x + 1
 
 
+def many_regions_function(n_regions=64):
+    """A function of n_regions regions: n_regions - 1 branches on a tensor's value, each a graph
+    break the runtime performs, so every call looks a region up at each of n_regions pcs."""
+    body = "".join("    if x.sum() > -1e9:\n        x = x * 1.0\n" for _ in range(n_regions - 1))
+    return make_function("def f(x):\n" + body + "    return x + 1\n")
+
+
 def make_param_module(n_params=100, size=4):
     """A module whose forward uses its n_params Parameters directly, in one straight line:
     x = x * self.p0 + self.p1; x = x * self.p2 + self.p3; ..."""
@@ -413,6 +420,10 @@ def run_call_section(args):
         print("  per-call: 100-parameter module, precomputed-output backend ...", flush=True)
         results.append(measure_calls("100-Parameter module, precomputed-output backend",
                                      module, torch.randn(4), precomputed_backend, repeats))
+        print("  per-call: 64 regions ...", flush=True)
+        results.append(measure_calls("64 regions in one frame (63 branches on a tensor), "
+                                     "backend eager", many_regions_function(), torch.randn(4),
+                                     "eager", repeats))
     return results
 
 

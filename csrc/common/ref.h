@@ -6,6 +6,9 @@
 
 #include <Python.h>
 
+#include <cstddef>
+#include <memory>
+#include <new>
 #include <utility>
 
 namespace framejit {
@@ -51,5 +54,51 @@ class Ref {
 
 // Arrays of Refs are read as arrays of borrowed pointers (SlotValues::data()).
 static_assert(sizeof(Ref) == sizeof(PyObject*), "Ref is one pointer wide");
+
+// n Refs with inline room for N (no allocation up to N), made and released n at a time: the
+// per-call owning arrays of the hot paths (guard slots, graph registers), which must not pay
+// for all N entries on every call.
+template <size_t N>
+class RefBuffer {
+ public:
+  RefBuffer() = default;
+  RefBuffer(const RefBuffer&) = delete;
+  RefBuffer& operator=(const RefBuffer&) = delete;
+  ~RefBuffer() { clear(); }
+
+  // n empty Refs (the ones held before are released).
+  void reset(size_t n) {
+    clear();
+    if (n > N) {
+      heap_ = std::make_unique<Ref[]>(n);
+      data_ = heap_.get();
+    } else {
+      data_ = reinterpret_cast<Ref*>(inline_);
+      for (size_t i = 0; i < n; ++i) new (&data_[i]) Ref();
+    }
+    size_ = n;
+  }
+  void clear() {
+    if (heap_) {
+      heap_.reset();
+    } else {
+      for (size_t i = 0; i < size_; ++i) data_[i].~Ref();
+    }
+    data_ = nullptr;
+    size_ = 0;
+  }
+  Ref& operator[](size_t i) { return data_[i]; }
+  const Ref& operator[](size_t i) const { return data_[i]; }
+  size_t size() const { return size_; }
+  Ref* data() { return data_; }
+  // As an array of borrowed pointers (Ref is one pointer wide).
+  PyObject* const* borrowed() const { return reinterpret_cast<PyObject* const*>(data_); }
+
+ private:
+  alignas(Ref) unsigned char inline_[N * sizeof(Ref)];
+  std::unique_ptr<Ref[]> heap_;
+  Ref* data_ = nullptr;
+  size_t size_ = 0;
+};
 
 }  // namespace framejit

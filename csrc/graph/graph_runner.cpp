@@ -224,13 +224,9 @@ bool run_step(const Step& step, Ref* regs) {
 
 PyObject* run_program(const Program& program, PyObject* const* inputs, size_t n) {
   constexpr int kInlineRegs = 64;
-  Ref inline_regs[kInlineRegs];  // released when the run ends, however it ends
-  std::vector<Ref> heap_regs;
-  Ref* regs = inline_regs;
-  if (program.num_regs > kInlineRegs) {
-    heap_regs.resize(program.num_regs);
-    regs = heap_regs.data();
-  }
+  RefBuffer<kInlineRegs> registers;  // released when the run ends, however it ends
+  registers.reset(static_cast<size_t>(program.num_regs));
+  Ref* regs = registers.data();
   for (size_t i = 0; i < n; ++i) {
     if (program.input_regs[i] >= 0) regs[program.input_regs[i]] = Ref::borrow(inputs[i]);
   }

@@ -31,23 +31,6 @@ py::object interned(py::object key) {
 
 }  // namespace
 
-void SlotValues::reset(size_t n) {
-  clear();
-  if (n > kInline) {
-    heap_.clear();
-    heap_.resize(n);
-    data_ = heap_.data();
-  } else {
-    data_ = inline_;
-  }
-  size_ = n;
-}
-
-void SlotValues::clear() {
-  for (size_t i = 0; i < size_; ++i) data_[i].reset();
-  size_ = 0;
-}
-
 int SourceTable::find(const Source& source) const {
   for (size_t i = 0; i < sources_.size(); ++i) {
     if (sources_[i].text == source.text) return static_cast<int>(i);

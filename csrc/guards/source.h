@@ -50,25 +50,17 @@ struct FrameState {
 // Values of sources for one call: slot i owns a reference to source i's value (or is NULL).
 class SlotValues {
  public:
-  SlotValues() = default;
-  SlotValues(const SlotValues&) = delete;
-  SlotValues& operator=(const SlotValues&) = delete;
-
-  void reset(size_t n);
-  void clear();
-  PyObject* operator[](size_t i) const { return data_[i].get(); }  // Borrowed
+  void reset(size_t n) { values_.reset(n); }
+  void clear() { values_.clear(); }
+  PyObject* operator[](size_t i) const { return values_[i].get(); }  // Borrowed
   // Stolen: value.
-  void set(size_t i, PyObject* value) { data_[i].reset(value); }
-  size_t size() const { return size_; }
-  // The values as an array of borrowed pointers (Ref is one pointer wide).
-  PyObject* const* data() const { return reinterpret_cast<PyObject* const*>(data_); }
+  void set(size_t i, PyObject* value) { values_[i].reset(value); }
+  size_t size() const { return values_.size(); }
+  // The values as an array of borrowed pointers.
+  PyObject* const* data() const { return values_.borrowed(); }
 
  private:
-  static constexpr size_t kInline = 32;
-  Ref inline_[kInline];
-  std::vector<Ref> heap_;
-  Ref* data_ = inline_;
-  size_t size_ = 0;
+  RefBuffer<32> values_;
 };
 
 class SourceTable {

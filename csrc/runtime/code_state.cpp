@@ -69,7 +69,7 @@ CodeState* code_state(PyCodeObject* code) {
 void reset_all_code_states() {
   for (CodeState* state : runtime_state().registry) {
     state->decision = CodeState::Decision::kUnknown;
-    state->regions.clear();
+    state->clear_regions();
     state->bytecode.reset();
     state->limit_warned = false;
   }

@@ -65,8 +65,29 @@ struct CodeState {
   enum class Decision : uint8_t { kUnknown, kSkip, kRun };
   Decision decision = Decision::kUnknown;
   std::unique_ptr<Bytecode> bytecode;
-  std::vector<std::unique_ptr<Region>> regions;
+  std::vector<std::unique_ptr<Region>> regions;  // all, in the order they were made
   bool limit_warned = false;
+
+  // The regions that start at `pc`, oldest first: the lookup at each region entry reads only
+  // these (one index, no hashing), so it does not grow with the regions elsewhere in the frame.
+  const std::vector<Region*>& at(int pc) const {
+    static const std::vector<Region*> kNone;
+    return pc >= 0 && static_cast<size_t>(pc) < by_entry_.size() ? by_entry_[pc] : kNone;
+  }
+  Region* add(std::unique_ptr<Region> region) {
+    Region* raw = region.get();
+    if (static_cast<size_t>(raw->entry_pc) >= by_entry_.size()) by_entry_.resize(raw->entry_pc + 1);
+    by_entry_[raw->entry_pc].push_back(raw);
+    regions.push_back(std::move(region));
+    return raw;
+  }
+  void clear_regions() {
+    by_entry_.clear();
+    regions.clear();
+  }
+
+ private:
+  std::vector<std::vector<Region*>> by_entry_;  // by entry pc (code unit)
 };
 
 // The state of `code`, created on first use. Borrowed: code. Never NULL (raises InternalError).

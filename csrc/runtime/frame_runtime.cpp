@@ -153,7 +153,10 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
 
 // Traces a region from `pc` with the state `fs` and compiles its graph. Returns nullptr with a
 // Python exception set only for fullgraph=True failures; other failures give a fallback region.
-std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed) {
+// A compiled region's guards are evaluated once, here, on `fs`: `slots` holds the values they
+// read, for the region's first run (and the backend's example inputs).
+std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed,
+                                       SlotValues& slots) {
   PauseScope pause;
   GcPause no_gc;
   PyCodeObject* code = run.code;
@@ -235,6 +238,16 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   if (ctx.any_sizes && !sizes.sizes_read()) tracer.entry().allow_any_sizes(sizes.pinned_dims());
   region->sources = tracer.entry().take_sources();
   region->guards = tracer.entry().take_guards();
+  if (!region->guards.check(region->sources, fs, slots)) {
+    slots.clear();
+    region->kind = RegionKind::kFallback;
+    region->reason = "internal error: guards fail on the state they were traced from";
+    warn("framejit: " + region->reason + " in " + code_location(code, code->co_firstlineno));
+    region->compiled = py::none();
+    region->exit = RegionExit();
+    region->exit.pc = pc;
+    return region;
+  }
   if (region->graph_ops == 0) return region;  // nothing for a backend
 
   region->graph_id = runtime_state().next_graph_id++;
@@ -259,9 +272,6 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   // Example inputs are this call's live values; the list is dropped right after the backend
   // returns, so the cache never keeps an input tensor alive.
   try {
-    SlotValues slots;
-    FJ_CHECK(region->guards.check(region->sources, fs, slots),
-             "the guards of a fresh trace fail on the state it was traced from");
     // The backend gets a GraphModule whose forward runs the IR; the FX graph and its code are
     // made only if the backend asks for them (python/framejit/_graph_module.py).
     py::object runner = py::reinterpret_steal<py::object>(
@@ -386,8 +396,8 @@ bool write_exit_state(FrameRun& run, const RegionExit& exit, PyObject* outputs,
 
 Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int& tried) {
   tried = 0;
-  for (auto& region : run.state.regions) {
-    if (region->entry_pc != run.pc || region->ctx != run.ctx) continue;
+  for (Region* region : run.state.at(run.pc)) {
+    if (region->ctx != run.ctx) continue;
     ++tried;
     if (region->entry_nulls.size() != run.stack.size()) continue;
     bool nulls_match = true;
@@ -395,7 +405,7 @@ Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int&
       nulls_match = region->entry_nulls[i] == (run.stack.data()[i] == nullptr);
     }
     if (!nulls_match) continue;
-    if (region->guards.check(region->sources, fs, slots)) return region.get();
+    if (region->guards.check(region->sources, fs, slots)) return region;
   }
   slots.clear();
   return nullptr;
@@ -474,17 +484,17 @@ void warm_branch_sides(FrameRun& run, Region& region, const FrameState& fs, int 
 // branch, the regions behind it, so a first call leaves every branch target compiled.
 void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth) {
   if (!run.ctx->warm_branches || depth > kMaxWarmDepth) return;
-  for (auto& region : run.state.regions) {
-    if (region->entry_pc == pc && region->ctx == run.ctx) return;
+  for (Region* region : run.state.at(pc)) {
+    if (region->ctx == run.ctx) return;
   }
-  std::unique_ptr<Region> region = compile_region(run, pc, fs, /*warmed=*/true);
+  SlotValues slots;
+  std::unique_ptr<Region> region = compile_region(run, pc, fs, /*warmed=*/true, slots);
   if (region == nullptr) {  // fullgraph error while warming: reported when that side runs
     PyErr_Clear();
     return;
   }
   report_region(*run.ctx, run.code, *region, *run.state.bytecode);
-  Region* raw = region.get();
-  run.state.regions.push_back(std::move(region));
+  Region* raw = run.state.add(std::move(region));
   if (raw->kind == RegionKind::kCompiled) warm_branch_sides(run, *raw, fs, depth);
 }
 
@@ -657,8 +667,8 @@ PyObject* run_frame(FrameRun& run) {
         return resume(run, run.pc, false);
       }
       if (tried > 0 && log_enabled(Artifact::recompiles)) {
-        for (auto& r : state.regions) {
-          if (r->entry_pc != run.pc || r->ctx != run.ctx) continue;
+        for (Region* r : state.at(run.pc)) {
+          if (r->ctx != run.ctx) continue;
           std::string failure;
           {
             PauseScope pause;
@@ -671,18 +681,11 @@ PyObject* run_frame(FrameRun& run) {
           break;
         }
       }
-      std::unique_ptr<Region> fresh = compile_region(run, run.pc, fs, /*warmed=*/false);
+      // Its guards were checked on this state as it was made: `slots` holds what they read.
+      std::unique_ptr<Region> fresh = compile_region(run, run.pc, fs, /*warmed=*/false, slots);
       if (fresh == nullptr) return nullptr;  // fullgraph error set
       report_region(ctx, run.code, *fresh, *state.bytecode);
-      region = fresh.get();
-      state.regions.push_back(std::move(fresh));
-      if (region->kind == RegionKind::kCompiled &&
-          !region->guards.check(region->sources, fs, slots)) {
-        region->kind = RegionKind::kFallback;
-        region->reason = "internal error: guards fail on the state they were traced from";
-        warn("framejit: " + region->reason + " in " +
-             code_location(run.code, run.code->co_firstlineno));
-      }
+      region = state.add(std::move(fresh));
     }
     ++region->hits;
     if (region->kind == RegionKind::kFallback) {

@@ -419,3 +419,21 @@ def test_a_bool_mask_read_is_a_subscript_exit_between_two_graphs():
     with pytest.raises(IndexError) as raised:  # the mask's shape is wrong: raised as in eager
         compiled(torch.randn(6), torch.randn(5))
     assert raised.traceback[-1].lineno + 1 == positives_scaled.__code__.co_firstlineno + 2
+
+
+def test_a_frame_of_64_regions_reenters_each_one_per_call():
+    # 63 branches on a tensor: 64 regions at 64 entry pcs, each found again on later calls
+    # (the runtime indexes regions by entry pc) and none compiled twice.
+    body = "".join("    if x.sum() > -1e9:\n        x = x * 0.5\n" for _ in range(63))
+    namespace = {}
+    exec("def many(x):\n" + body + "    return x + 1\n", namespace)
+    many = namespace["many"]
+    counter = CompileCounter()
+    compiled = framejit.compile(many, backend=counter)
+    for _ in range(3):
+        x = torch.randn(3)
+        assert same(compiled(x), many(x))
+    found = regions(many)
+    assert len(found) == 64 and len({r["entry_pc"] for r in found}) == 64
+    assert counter.frame_count == 64
+    assert all(r["hits"] == 3 for r in found)
