@@ -960,7 +960,8 @@ def plot(trace, calls):
         right.bar([i + offset for i in range(len(calls))], [getattr(r, attr) for r in calls],
                   width, label=name)
     right.set_xticks(range(len(calls)))
-    right.set_xticklabels(["tiny x+1", "100 params\neager backend", "100 params\nprecomputed"])
+    labels = ["tiny x+1", "100 params\neager backend", "100 params\nprecomputed", "64 regions"]
+    right.set_xticklabels(labels[:len(calls)])
     right.set_yscale("log")
     right.set_ylabel("µs per call (log)")
     right.set_title("Per-call overhead (cached)")
