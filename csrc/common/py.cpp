@@ -18,6 +18,15 @@ std::string safe_repr(PyObject* obj) {
   return out;
 }
 
+std::string str_text(PyObject* str) {
+  const char* data = str ? PyUnicode_AsUTF8(str) : nullptr;
+  if (data == nullptr) {
+    PyErr_Clear();
+    return "?";
+  }
+  return data;
+}
+
 std::string fetch_and_clear_error() {
   if (!PyErr_Occurred()) return {};
   PyObject *type, *value, *traceback;  // all New after PyErr_Fetch

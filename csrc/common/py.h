@@ -14,6 +14,9 @@ namespace py = pybind11;
 std::string safe_repr(PyObject* obj);
 inline std::string safe_repr(const py::handle& obj) { return safe_repr(obj.ptr()); }
 
+// The UTF-8 text of a str object (a code object's file or name), "?" if it has none. Never throws.
+std::string str_text(PyObject* str);
+
 // The current Python exception as "Type: message", cleared. Empty if none is set.
 std::string fetch_and_clear_error();
 

@@ -15,15 +15,6 @@ namespace framejit {
 
 namespace {
 
-std::string code_string(PyObject* obj) {
-  const char* data = obj ? PyUnicode_AsUTF8(obj) : nullptr;
-  if (data == nullptr) {
-    PyErr_Clear();
-    return "?";
-  }
-  return data;
-}
-
 // The first line of the pending Python error's message, for Unsupported reasons.
 std::string error_summary(const py::error_already_set& error) {
   std::string text = error.what();
@@ -179,7 +170,7 @@ MetaCacheStats& meta_cache_stats() { return trace_state().meta.stats; }
 
 GraphRecorder::GraphRecorder(PyCodeObject* code, const TraceSite& site)
     : site_(site),
-      graph_(code_string(code->co_filename), code_string(code->co_qualname),
+      graph_(str_text(code->co_filename), str_text(code->co_qualname),
              code->co_firstlineno) {}
 
 Node* GraphRecorder::placeholder(const std::string& hint, py::object fake,

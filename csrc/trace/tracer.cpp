@@ -27,15 +27,6 @@ const HandlerTable& handlers() {
   return table;
 }
 
-std::string code_string(PyObject* obj) {
-  const char* data = obj ? PyUnicode_AsUTF8(obj) : nullptr;
-  if (data == nullptr) {
-    PyErr_Clear();
-    return "?";
-  }
-  return data;
-}
-
 bool is_jump(Op op) {
   switch (op) {
     case Op::POP_JUMP_FORWARD_IF_TRUE:
@@ -133,8 +124,8 @@ void Tracer::run() {
         const int line = ins.line;
         throw InlineBreak{{caller.code, fr->call_site},
                           fmt::format("{} [{}] in {} ({}:{})", e.what(),
-                                      break_kind_name(e.kind()), code_string(fr->code->co_qualname),
-                                      code_string(fr->code->co_filename), line)};
+                                      break_kind_name(e.kind()), str_text(fr->code->co_qualname),
+                                      str_text(fr->code->co_filename), line)};
       }
       fr->stack = std::move(saved_stack);
       fr->kw_names = std::move(saved_kw_names);
@@ -219,11 +210,11 @@ py::object Tracer::co_const(int index) const {
 }
 
 std::string Tracer::co_name(int index) const {
-  return code_string(PyTuple_GET_ITEM(frames_.back()->code->co_names, index));
+  return str_text(PyTuple_GET_ITEM(frames_.back()->code->co_names, index));
 }
 
 std::string Tracer::co_varname(int index) const {
-  return code_string(PyTuple_GET_ITEM(frames_.back()->code->co_localsplusnames, index));
+  return str_text(PyTuple_GET_ITEM(frames_.back()->code->co_localsplusnames, index));
 }
 
 ValuePtr Tracer::local(int index) {
