@@ -157,6 +157,8 @@ MetaShape meta_shape_of(PyObject* obj) {
   shape.strides.assign(t.strides().begin(), t.strides().end());
   shape.dtype = static_cast<int8_t>(t.scalar_type());
   shape.requires_grad = t.requires_grad();
+  shape.is_leaf = t.is_leaf();
+  shape.dense = t.is_non_overlapping_and_dense();
   shape.storage_offset = t.storage_offset();
   return shape;
 }
@@ -176,7 +178,14 @@ PyObject* make_meta_tensor(const MetaShape& shape) {
   at::Tensor t = at::empty_strided(
       shape.sizes, shape.strides,
       at::TensorOptions().dtype(static_cast<c10::ScalarType>(shape.dtype)).device(c10::kMeta));
-  if (shape.requires_grad) t.set_requires_grad(true);
+  if (shape.requires_grad) {
+    t.set_requires_grad(true);
+    if (!shape.is_leaf && shape.dense) {
+      // A clone has a grad_fn and keeps the strides: a non-leaf like the op's own result.
+      at::AutoGradMode grad(true);
+      t = t.clone(at::MemoryFormat::Preserve);
+    }
+  }
   return THPVariable_Wrap(std::move(t));
 }
 

@@ -54,6 +54,10 @@ struct MetaShape {
   std::vector<int64_t> strides;
   int8_t dtype = 0;
   bool requires_grad = false;
+  // A result of an op that requires grad is no leaf (it has a grad_fn): in-place ops on it are
+  // allowed, as in eager, where they are not on a leaf.
+  bool is_leaf = true;
+  bool dense = true;  // non-overlapping and dense: a clone keeps exactly these strides
   int64_t storage_offset = 0;
 };
 MetaShape meta_shape_of(PyObject* obj);

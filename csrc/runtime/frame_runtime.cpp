@@ -287,6 +287,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       example_inputs.append(py::reinterpret_steal<py::object>(value));
     }
     region->compiled = ctx.backend(gm, example_inputs);
+    if (!PyCallable_Check(region->compiled.ptr())) {
+      throw std::runtime_error(fmt::format("it returned {}, not a callable (a backend returns "
+                                           "the function that runs the graph, e.g. gm.forward)",
+                                           safe_repr(region->compiled)));
+    }
   } catch (const std::exception& e) {
     std::string reason = fmt::format("backend '{}' failed on __compiled_fn_{} of {}: {}",
                                      ctx.backend_name, region->graph_id,

@@ -10,8 +10,9 @@ namespace framejit {
 namespace {
 
 // How obj.name resolves in the common cases, read in C as framejit._support.resolve_attribute
-// would answer them: instance state (the instance __dict__, or an nn.Module's _parameters /
-// _buffers / _modules) and plain functions defined on the class. False for anything else
+// would answer them: instance state (the instance __dict__, or, when the class has nothing of
+// that name, an nn.Module's _parameters / _buffers / _modules) and plain functions defined on
+// the class. False for anything else
 // (classes, properties, other descriptors, class values, missing names): ask resolve_attribute.
 bool quick_resolve(PyObject* obj, const std::string& name, AttrKind& kind, py::object& value) {
   if (PyType_Check(obj) || Py_TYPE(obj)->tp_dictoffset == 0) return false;
@@ -30,7 +31,10 @@ bool quick_resolve(PyObject* obj, const std::string& name, AttrKind& kind, py::o
     value = py::str("__dict__");
     return true;
   }
+  // nn.Module's stores are read by its __getattr__, which Python calls only when the class has
+  // nothing of that name: a method `lin` wins over a submodule `lin`.
   for (const char* store : {"_parameters", "_buffers", "_modules"}) {
+    if (on_class != nullptr) break;
     PyObject* held = PyDict_GetItemString(dict, store);  // Borrowed
     if (held != nullptr && PyDict_Check(held) && PyDict_GetItemWithError(held, key.ptr()) != nullptr) {
       kind = AttrKind::kInstance;

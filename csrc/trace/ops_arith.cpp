@@ -29,6 +29,15 @@ constexpr OperatorInfo kCompareOps[] = {
     {"lt", "<"}, {"le", "<="}, {"eq", "=="}, {"ne", "!="}, {"gt", ">"}, {"ge", ">="},
 };
 
+// The plain form of an in-place operator (`+` for `+=`): the entry with its infix less '='.
+const OperatorInfo& plain_form(const OperatorInfo& op) {
+  const std::string infix = op.infix;
+  for (const OperatorInfo& candidate : kBinaryOps) {
+    if (infix == std::string(candidate.infix) + "=") return candidate;
+  }
+  return op;
+}
+
 bool foldable(const ValuePtr& v) { return v->is_constant_tree(); }
 
 ValuePtr fold(const char* fn_name, const std::vector<ValuePtr>& args) {
@@ -113,6 +122,13 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     const std::string infix = op.infix;
     const bool inplace = !infix.empty() && infix.back() == '=' && infix != "==" &&
                          infix != "<=" && infix != ">=" && infix != "!=";
+    if (inplace && !args[0]->is_tensor()) {
+      // `n = 0; n += t`: a number has no in-place form, so Python computes `n = n + t`. Recorded
+      // as the plain operator (the graph's code would otherwise read `0 += t`).
+      const OperatorInfo& plain = plain_form(op);
+      return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(plain.fn),
+                           "", std::move(args), {}, plain.infix, plain.fn);
+    }
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
   }
@@ -191,6 +207,12 @@ void op_not(Tracer& t, const Instr&) {
   t.push(Value::constant(py::bool_(!t.truthy(v))));
 }
 
+// A kObject whose `obj` is not the object itself but what it was made from (its class, code,
+// function): see ObjRole.
+bool made_in_trace(const ValuePtr& v) {
+  return v->kind == VKind::kObject && (v->is_special_object() || v->bound_self);
+}
+
 // `a is b`: decided at trace time when both sides are known or of different kinds.
 void op_is(Tracer& t, const Instr& i) {
   ValuePtr rhs = t.pop();
@@ -198,6 +220,10 @@ void op_is(Tracer& t, const Instr& i) {
   bool same;
   if (lhs == rhs) {
     same = true;
+  } else if (made_in_trace(lhs) || made_in_trace(rhs)) {
+    // An object the trace made (MyCls(), super(), a bound method, a lambda) is itself only:
+    // two such values are two objects, and none is an object from before the region.
+    same = false;
   } else if ((lhs->kind == VKind::kConst || lhs->kind == VKind::kObject) &&
              (rhs->kind == VKind::kConst || rhs->kind == VKind::kObject)) {
     same = lhs->obj.ptr() == rhs->obj.ptr();

@@ -131,7 +131,10 @@ void remember_meta(const std::string& key, py::handle fn, const py::object& resu
       if (arg.ptr() == out) return;  // the op returned an input itself: keep that identity
     }
     entry.outputs.push_back(meta_shape_of(out));
-    if (entry.outputs.back().storage_offset != 0) return;
+    const MetaShape& shape = entry.outputs.back();
+    if (shape.storage_offset != 0) return;
+    // A non-leaf result is replayed as a clone, which keeps only dense strides.
+    if (shape.requires_grad && !shape.is_leaf && !shape.dense) return;
   }
   auto& cache = meta_cache();
   if (cache.size() > 100000) cache.clear();  // bound the memory of long sessions

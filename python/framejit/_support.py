@@ -269,12 +269,15 @@ def _class_level_kind(found, class_value):
 
 def _instance_store(obj, name: str):
     """Where instance state `name` lives: "__dict__", an nn.Module's "_parameters" / "_buffers"
-    / "_modules" dict, or None if it is not instance state."""
+    / "_modules" dict, or None if it is not instance state. nn.Module's stores count only when
+    the class has nothing of that name: its __getattr__, which reads them, runs only then."""
     state = getattr(obj, "__dict__", None)
     if not isinstance(state, dict):
         return None
     if name in state:
         return "__dict__"
+    if _class_attribute(type(obj), name) is not _MISSING:
+        return None
     for store in ("_parameters", "_buffers", "_modules"):
         if isinstance(state.get(store), dict) and name in state[store]:
             return store
