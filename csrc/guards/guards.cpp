@@ -62,11 +62,20 @@ void GuardSet::add_dict_keys(int slot, PyObject* keys) {
   sorted_ = false;
 }
 
-void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present) {
+void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present,
+                                PyObject* found) {
   py::tuple expected = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(type)), py::handle(name),
-                                      py::bool_(present));
+                                      py::bool_(present), py::handle(found ? found : Py_None));
   Guard guard{GuardKind::kTypeVersion, slot, expected};
   guard.n = type->tp_version_tag;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
+void GuardSet::add_distinct(int slot, int other) {
+  if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
+  Guard guard{GuardKind::kDistinct, slot, py::none()};
+  guard.n = other;
   guards_.push_back(guard);
   sorted_ = false;
 }
@@ -78,11 +87,13 @@ void GuardSet::sort() const {
   sorted_ = true;
 }
 
-bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
+bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* slots) const {
   PyObject* expected = guard.expected.ptr();
   switch (guard.kind) {
     case GuardKind::kType:
       return reinterpret_cast<PyObject*>(Py_TYPE(value)) == expected;
+    case GuardKind::kDistinct:
+      return value != slots[guard.n];
     case GuardKind::kId:
       return value == expected;
     case GuardKind::kConstEq: {
@@ -128,6 +139,9 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value) const {
       // assigns a fresh tag, which the fast path compares from now on.
       PyObject* found = _PyType_Lookup(type, PyTuple_GET_ITEM(expected, 1));  // Borrowed
       if ((found != nullptr) != (PyTuple_GET_ITEM(expected, 2) == Py_True)) return false;
+      // The very object the trace bound (a method replaced on the class is another one).
+      PyObject* want = PyTuple_GET_ITEM(expected, 3);
+      if (want != Py_None && found != want) return false;
       if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) guard.n = type->tp_version_tag;
       return true;
     }
@@ -166,7 +180,7 @@ bool GuardSet::check(const SourceTable& sources, const FrameState& frame,
     if (value == nullptr) return false;
     slots.set(slot, value);
     for (; g < by_slot_.size() && by_slot_[g].slot == slot; ++g) {
-      if (!check_one(by_slot_[g], value)) return false;
+      if (!check_one(by_slot_[g], value, slots.data())) return false;
     }
   }
   return true;
@@ -178,6 +192,8 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
     case GuardKind::kType:
       return fmt::format("TYPE_MATCH {} is {}", src,
                          reinterpret_cast<PyTypeObject*>(guard.expected.ptr())->tp_name);
+    case GuardKind::kDistinct:
+      return fmt::format("NOT_SAME {} is not {}", src, sources.at(static_cast<int>(guard.n)).text);
     case GuardKind::kId:
       return fmt::format("ID_MATCH {} is {}", src, safe_repr(guard.expected));
     case GuardKind::kConstEq:
@@ -192,6 +208,12 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
     case GuardKind::kDictKeys:
       return fmt::format("DICT_KEYS list({}) == {}", src, safe_repr(guard.expected));
     case GuardKind::kTypeVersion:
+      if (!guard.expected[py::int_(3)].is_none()) {
+        return fmt::format("CLASS_ATTRIBUTE {} is {} and {} is {} on it", src,
+                           safe_repr(guard.expected[py::int_(0)]),
+                           safe_repr(guard.expected[py::int_(1)]),
+                           safe_repr(guard.expected[py::int_(3)]));
+      }
       return fmt::format("CLASS_ATTRIBUTE {} is {} and {} {} found on it", src,
                          safe_repr(guard.expected[py::int_(0)]), safe_repr(guard.expected[py::int_(1)]),
                          guard.expected[py::int_(2)].ptr() == Py_True ? "is" : "is not");
@@ -218,7 +240,7 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
     slots.set(slot, value);
     for (; g < by_slot_.size() && by_slot_[g].slot == slot; ++g) {
       const Guard& guard = by_slot_[g];
-      if (check_one(guard, value)) continue;
+      if (check_one(guard, value, slots.data())) continue;
       std::string text = describe(guard, sources);
       if (guard.kind == GuardKind::kTensor) {
         text += ": " + tensor_mismatch(tensor_specs_[guard.spec], value);

@@ -20,8 +20,10 @@ enum class GuardKind : uint8_t {
   kLen,           // len(value) == n, value a tuple, list or dict (the type is guarded apart)
   kDictContains,  // (key in value) == flag, value a dict
   kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict
-  kTypeVersion,   // value is the class in expected = (class, name, present) and looking name
-                  // up on it finds something iff present. Fast path: the class's attribute
+  kDistinct,      // value is not the value of slot n (two sources the trace took as two objects)
+  kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
+                  // name up on it finds something iff present (and, unless found is None, finds
+                  // found itself). Fast path: the class's attribute
                   // version tag is still n (nothing of it or a base was set or deleted since);
                   // otherwise the lookup runs and n takes the new tag (torch.fx and others patch
                   // and restore nn.Module attributes, which changes the tags of all modules)
@@ -69,15 +71,20 @@ class GuardSet {
   void add_dict_contains(int slot, PyObject* key, bool present);
   // Borrowed: keys, a tuple.
   void add_dict_keys(int slot, PyObject* keys);
-  // Borrowed: type, name. Whether looking `name` up on `type` (its MRO) finds something stays
-  // `present`; the type's version tag must be assigned (nonzero).
-  void add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present);
+  // Borrowed: type, name, found. Whether looking `name` up on `type` (its MRO) finds something
+  // stays `present`, and, with `found`, that it finds that very object; the type's version tag
+  // must be assigned (nonzero).
+  void add_type_version(int slot, PyTypeObject* type, PyObject* name, bool present,
+                        PyObject* found = nullptr);
+  // The values of the two slots are not the same object.
+  void add_distinct(int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
   // sizes except those in `fixed` (dims by source slot): for a trace that read only those
   // into Python, handed to a backend that runs any size.
   void allow_any_sizes(const std::map<int, std::set<int>>& fixed = {});
 
-  bool check_one(const Guard& guard, PyObject* value) const;
+  // Borrowed: slots, the values read so far (kDistinct compares with an earlier one).
+  bool check_one(const Guard& guard, PyObject* value, PyObject* const* slots) const;
   std::string describe(const Guard& guard, const SourceTable& sources) const;
 
   std::vector<Guard> guards_;  // in source order once sorted

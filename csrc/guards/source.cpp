@@ -32,8 +32,14 @@ py::object interned(py::object key) {
 }  // namespace
 
 int SourceTable::find(const Source& source) const {
+  // By what the source reads, not by its text alone: two globals dicts may have the same
+  // __name__ (code made with exec), and so may the sources read through them.
   for (size_t i = 0; i < sources_.size(); ++i) {
-    if (sources_[i].text == source.text) return static_cast<int>(i);
+    const Source& known = sources_[i];
+    if (known.text == source.text && known.kind == source.kind && known.base == source.base &&
+        known.owner.ptr() == source.owner.ptr()) {
+      return static_cast<int>(i);
+    }
   }
   return -1;
 }

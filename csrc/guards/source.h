@@ -65,7 +65,8 @@ class SlotValues {
 
 class SourceTable {
  public:
-  // Returns the slot of an equal source, adding it if new.
+  // Returns the slot of an equal source (the same text read from the same base and owner),
+  // adding it if new.
   int intern(Source source);
   // Drops the most recently interned source (one that turned out unreadable at trace time, so
   // that no guard ever tries to read it).

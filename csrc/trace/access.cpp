@@ -197,6 +197,8 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
         return value;
       }
       if (is_function_like(kind)) {
+        // Bound from the class as it is now: a method replaced on the class compiles again.
+        if (base->source >= 0) guard_class_attribute(base, name, true, /*same_object=*/true);
         return bind_class_attribute(kind, found, base);
       }
       break;
@@ -269,15 +271,20 @@ unsigned int type_version(PyTypeObject* type) {
 
 }  // namespace
 
-void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present) {
+void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
+                                   bool same_object) {
   // A class read by source: the class itself; an instance: its __class__.
   ValuePtr cls = PyType_Check(base->obj.ptr()) ? base : entry_.load(entry_.sources().attr(base->source, "__class__"));
   if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr()) ||
       type_version(reinterpret_cast<PyTypeObject*>(cls->obj.ptr())) == 0) {
     FJ_UNSUPPORTED(kUnsupportedValue, "the attributes of {}'s class cannot be guarded", base->describe());
   }
-  entry_.guard_class_attribute(cls->source, reinterpret_cast<PyTypeObject*>(cls->obj.ptr()),
-                           py::str(name).ptr(), present);
+  auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
+  if (same_object) {
+    entry_.guard_class_attribute_is(cls->source, type, py::str(name).ptr());
+  } else {
+    entry_.guard_class_attribute(cls->source, type, py::str(name).ptr(), present);
+  }
 }
 
 bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {

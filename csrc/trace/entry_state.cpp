@@ -140,6 +140,28 @@ void EntryState::guard_class_attribute(int slot, PyTypeObject* type, PyObject* n
   guards_.add_type_version(slot, type, name, present);
 }
 
+void EntryState::guard_class_attribute_is(int slot, PyTypeObject* type, PyObject* name) {
+  const char* text = PyUnicode_AsUTF8(name);
+  if (text == nullptr) throw py::error_already_set();
+  if (!class_attributes_guarded_.emplace(slot, text).second) return;
+  PyObject* found = _PyType_Lookup(type, name);  // Borrowed; sets no error
+  guards_.add_type_version(slot, type, name, found != nullptr, found);
+}
+
+void EntryState::guard_not_aliased(const ValuePtr& target) {
+  if (target->source < 0 || !target->is(ObjRole::kPlain) || target->bound_self ||
+      is_identity_object(target->obj.ptr())) {
+    return;
+  }
+  for (const auto& [slot, value] : by_slot_) {
+    if (slot == target->source || !value->is(ObjRole::kPlain) || value->bound_self ||
+        is_identity_object(value->obj.ptr()) || value->obj.ptr() == target->obj.ptr()) {
+      continue;
+    }
+    guards_.add_distinct(slot, target->source);
+  }
+}
+
 void EntryState::guard_globals_dict(PyObject* globals) {
   guards_.add_id(sources_.intern(SourceTable::globals_dict()), globals);
 }

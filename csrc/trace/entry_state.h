@@ -5,6 +5,8 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <utility>
 #include <unordered_map>
 #include <vector>
 
@@ -65,6 +67,15 @@ class EntryState {
   void guard_dict_keys(int slot, PyObject* keys);  // Borrowed: keys, a tuple
   // Looking `name` up on class `type` (read from `slot`) finds something iff `present`.
   void guard_class_attribute(int slot, PyTypeObject* type, PyObject* name, bool present);
+  // Looking `name` up on class `type` (read from `slot`) finds what it finds now (the method,
+  // property or class value the trace bound): once per (slot, name).
+  void guard_class_attribute_is(int slot, PyTypeObject* type, PyObject* name);
+  // The objects read from two sources are not the same object (the trace took them as two).
+  void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
+  // Objects of the entry state that a write to `target` could also change if the caller passed
+  // the same object twice: every other object read by source (not modules, classes, functions:
+  // those are guarded by identity), each guarded to stay a different object than `target`.
+  void guard_not_aliased(const ValuePtr& target);
   // The frame's globals dict is `globals` (a region that writes a global relies on it).
   void guard_globals_dict(PyObject* globals);
   // For a backend that runs any size: tensor guards check no sizes but the input dimensions in
@@ -87,6 +98,7 @@ class EntryState {
   std::unordered_map<int, ValuePtr> by_slot_;
   std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
   std::vector<Rebuild> inputs_;
+  std::set<std::pair<int, std::string>> class_attributes_guarded_;
 };
 
 }  // namespace framejit

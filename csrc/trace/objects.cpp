@@ -13,6 +13,11 @@ void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
   self->kind = VKind::kObject;
   self->obj = py::reinterpret_borrow<py::object>(cls);
   self->role = ObjRole::kNewObject;
+  if (fn->source >= 0 && PyType_Check(fn->obj.ptr())) {
+    // Methods are read from the class when the trace runs: guarded to stay those objects.
+    self->origin = fn;
+    guard_class_attribute(fn, "__init__", true, /*same_object=*/true);
+  }
   if (!PyFunction_Check(init.ptr())) {  // object.__init__: no arguments, nothing to run
     if (!args.empty() || !kwargs.empty()) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() takes no arguments", py::str(cls.attr("__name__")).cast<std::string>());
@@ -24,7 +29,6 @@ void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
   inline_call(Value::object(py::reinterpret_borrow<py::object>(init)), init, std::move(args),
               std::move(kwargs));
   frame().constructed = self;  // the inlined __init__'s frame: its call results in self
-  (void)fn;
 }
 
 ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) {
@@ -42,6 +46,7 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
     // A class attribute read as it is now (like methods of user classes, not guarded).
     return wrap_unsourced(py::reinterpret_borrow<py::object>(how[1]));
   }
+  if (self->origin) guard_class_attribute(self->origin, name, true, /*same_object=*/true);
   return bind_class_attribute(kind, how[1], self);
 }
 

@@ -168,6 +168,7 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
 void Tracer::build_exit_state(ExitKind kind) {
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
+  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
   exits_.add_writes(effects_);
   TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
@@ -317,6 +318,7 @@ void Tracer::finish(const ValuePtr& value) {
   }
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
+  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
   exits_.add_writes(effects_);
   exit_.pc = instr().start;
   exit_.op_pc = instr().offset;

@@ -136,8 +136,10 @@ class Tracer {
                              const KwValues& kwargs);
   bool attribute_present(const ValuePtr& base, const std::string& name);
   // A guard that looking `name` up on the class of `base` (or on `base`, a class) finds
-  // something iff `present`.
-  void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present);
+  // something iff `present` (with `same_object`: finds what it finds now, a method replaced on
+  // the class fails it).
+  void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
+                             bool same_object = false);
   // The entries of a dict that existed before the region (read by source), keys guarded.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
   // The children of a module container with a source (ModuleList, Sequential, ...), or the

@@ -84,6 +84,8 @@ struct Value {
   size_t index = 0;              // kIter: items consumed so far
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
+  ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards
+                                 // on the class's methods are read through it)
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value
   int size_dim = -1;
 

@@ -131,3 +131,117 @@ def test_in_place_ops_on_memoised_meta_results_in_training_stay_in_one_graph():
         assert same(model.conv.weight.grad, reference.conv.weight.grad, atol=1e-5)
         assert counter.frame_count == 1
         assert framejit.explain(InplaceBlock().train())(x).graph_break_count == 0
+
+
+def test_globals_dicts_with_the_same_module_name_are_two_sources():
+    # Code made with exec: two globals dicts named alike. h2 read K from h1's dict before.
+    first, second = {"__name__": "generated", "K": 1.0}, {"__name__": "generated", "K": 2.0}
+    exec("def h(x):\n    return x * K", first)
+    exec("def h(x):\n    return x * K", second)
+    h1, h2 = first["h"], second["h"]
+
+    def f(x):
+        return h1(x) + h2(x)
+
+    x = torch.ones(2)
+    compiled = framejit.compile(f, backend="eager")
+    assert same(compiled(x), f(x))
+    second["K"] = 5.0
+    assert same(compiled(x), f(x))
+
+
+class Scaler:
+    def scale(self, x):
+        return x * 2
+
+
+def test_a_method_replaced_on_the_class_compiles_again():
+    def f(o, x):
+        return o.scale(x)
+
+    x = torch.ones(2)
+    o = Scaler()
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    assert same(compiled(o, x), f(o, x))
+    original = Scaler.scale
+    try:
+        Scaler.scale = lambda self, x: x * 3
+        assert same(compiled(o, x), f(o, x))  # ran the old method before
+        assert counter.frame_count == 2
+    finally:
+        Scaler.scale = original
+
+
+class Made:
+    def __init__(self, x):
+        self.x = x
+
+    def double(self):
+        return self.x * 2
+
+
+def test_methods_of_an_object_made_in_the_trace_follow_the_class():
+    def f(x):
+        return Made(x).double()
+
+    x = torch.ones(2)
+    compiled = framejit.compile(f, backend="eager")
+    assert same(compiled(x), f(x))
+    original = Made.double
+    try:
+        Made.double = lambda self: self.x * 5
+        assert same(compiled(x), f(x))
+    finally:
+        Made.double = original
+
+
+class Holder:
+    pass
+
+
+def test_the_same_object_passed_twice_sees_its_own_write():
+    def f(o, p, x):
+        o.a = x * 2
+        return x + p.a
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.ones(2)
+    o, p = Holder(), Holder()
+    o.a = p.a = torch.zeros(2)
+    assert same(compiled(o, p, x), f(o, p, x))
+    q, q_eager = Holder(), Holder()
+    q.a = q_eager.a = torch.zeros(2)
+    assert same(compiled(q, q, x), f(q_eager, q_eager, x))  # read the value before the write
+    assert same(q.a, q_eager.a)
+
+
+def test_an_inference_tensor_does_not_reuse_the_graph_of_an_ordinary_one():
+    def f(x):
+        return x * 2
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    compiled(torch.ones(2))
+    with torch.inference_mode():
+        t = torch.ones(2)
+    assert same(compiled(t), f(t))
+    assert counter.frame_count == 2
+
+
+def test_forward_replaced_on_a_module_instance_or_class_compiles_again():
+    class M(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    x = torch.ones(2)
+    m = M()
+    compiled = framejit.compile(m, backend="eager")
+    assert same(compiled(x), m(x))
+    m.forward = lambda x: x - 1
+    assert same(compiled(x), m(x))
+    n = M()
+    compiled = framejit.compile(n, backend="eager")
+    assert same(compiled(x), n(x))
+    M.forward = lambda self, x: x * 7
+    assert same(compiled(x), n(x))
