@@ -1,6 +1,7 @@
 // Log artifacts: a bit mask for the fast "is it on" test, Python logging for the output.
 #include "log/log.h"
 
+#include "common/pause.h"
 #include "common/py.h"
 #include "trace/pyrefs.h"
 
@@ -25,6 +26,7 @@ bool log_enabled(Artifact artifact) {
 
 void log_emit(Artifact artifact, const std::string& message) {
   if (!log_enabled(artifact)) return;
+  PauseScope pause;  // the user's logging handlers run as plain Python, never traced
   try {
     PyRefs::get().support.attr("emit")(artifact_name(artifact), message);
   } catch (const py::error_already_set&) {
@@ -33,6 +35,7 @@ void log_emit(Artifact artifact, const std::string& message) {
 }
 
 void warn(const std::string& message) {
+  PauseScope pause;  // warning filters and logging handlers run as plain Python
   try {
     PyRefs::get().support.attr("warn")(message);
   } catch (const py::error_already_set&) {

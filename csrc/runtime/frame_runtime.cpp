@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <optional>
 
 #include "bytecode/version.h"
 #include "common/check.h"
@@ -189,7 +190,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     } catch (const InternalError& e) {
       failure = std::string("internal error: ") + e.what();
       break;
-    } catch (const py::error_already_set& e) {
+    } catch (py::error_already_set& e) {
+      if (e.matches(PyExc_KeyboardInterrupt)) {  // Ctrl-C while tracing: the user's, not ours
+        e.restore();
+        return nullptr;
+      }
       failure = std::string("Python error: ") + e.what();
       break;
     }
@@ -269,6 +274,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
                                            code_location(code, line_at(code, bytecode, pc)),
                                            sizes_note, region->guards.to_string(region->sources)));
   }
+  std::optional<std::string> backend_failed;  // why the backend failed, if it did
   // Example inputs are this call's live values; the list is dropped right after the backend
   // returns, so the cache never keeps an input tensor alive.
   try {
@@ -292,10 +298,19 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
                                            "the function that runs the graph, e.g. gm.forward)",
                                            safe_repr(region->compiled)));
     }
+  } catch (py::error_already_set& e) {
+    if (e.matches(PyExc_KeyboardInterrupt)) {  // Ctrl-C while the backend compiles
+      e.restore();
+      return nullptr;
+    }
+    backend_failed = e.what();
   } catch (const std::exception& e) {
+    backend_failed = e.what();
+  }
+  if (backend_failed) {
     std::string reason = fmt::format("backend '{}' failed on __compiled_fn_{} of {}: {}",
                                      ctx.backend_name, region->graph_id,
-                                     code_location(code, code->co_firstlineno), e.what());
+                                     code_location(code, code->co_firstlineno), *backend_failed);
     PyErr_Clear();
     if (ctx.fullgraph) {
       raise_fullgraph("framejit (fullgraph=True): " + reason);
@@ -495,6 +510,7 @@ void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth) {
   SlotValues slots;
   std::unique_ptr<Region> region = compile_region(run, pc, fs, /*warmed=*/true, slots);
   if (region == nullptr) {  // fullgraph error while warming: reported when that side runs
+    if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) return;  // left set: the user's
     PyErr_Clear();
     return;
   }
@@ -539,6 +555,7 @@ bool perform_branch(FrameRun& run, const RegionExit& exit) {
   // X_OR_POP keeps the value on the side that jumps.
   const bool other_keeps = !pops_always && !jumps;
   warm_other_side(run, other, other_keeps);
+  if (PyErr_Occurred()) return false;  // Ctrl-C while warming
   if (pops_always || !jumps) run.stack.drop(1);
   run.pc = taken;
   return true;
@@ -656,6 +673,9 @@ PyObject* run_frame(FrameRun& run) {
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;
   while (true) {
+    // Ctrl-C between regions: the runtime performs branches and calls without CPython's eval
+    // loop, which would check for signals; raised at this region's first instruction.
+    if (PyErr_CheckSignals() < 0) return resume(run, state.bytecode->at(run.pc).offset, true);
     const FrameState fs = run.frame_state();
     SlotValues slots;
     int tried = 0;
@@ -688,7 +708,14 @@ PyObject* run_frame(FrameRun& run) {
       }
       // Its guards were checked on this state as it was made: `slots` holds what they read.
       std::unique_ptr<Region> fresh = compile_region(run, run.pc, fs, /*warmed=*/false, slots);
-      if (fresh == nullptr) return nullptr;  // fullgraph error set
+      if (fresh == nullptr) {
+        // Ctrl-C while tracing or compiling: raised in the frame at this instruction, so its
+        // own try/except sees it. A fullgraph error is raised to the caller as it is.
+        if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+          return resume(run, state.bytecode->at(run.pc).offset, true);
+        }
+        return nullptr;
+      }
       report_region(ctx, run.code, *fresh, *state.bytecode);
       region = state.add(std::move(fresh));
     }
@@ -754,15 +781,15 @@ PyObject* run_frame(FrameRun& run) {
 ThreadState& thread_state() { return t_state; }
 
 ActiveScope::ActiveScope(const std::shared_ptr<CompileContext>& ctx)
-    : prev_(t_state.ctx_owner), prev_paused_(t_state.paused) {
+    : prev_(t_state.ctx_owner), prev_paused_(hook_pause_depth()) {
   if (!prev_ && runtime_state().active_threads++ == 0) fj_install_hook();
   t_state.ctx_owner = ctx;
   t_state.ctx = ctx.get();
-  t_state.paused = 0;
+  hook_pause_depth() = 0;
 }
 
 ActiveScope::~ActiveScope() {
-  t_state.paused = prev_paused_;
+  hook_pause_depth() = prev_paused_;
   t_state.ctx_owner = std::move(prev_);
   t_state.ctx = t_state.ctx_owner.get();
   if (!t_state.ctx && --runtime_state().active_threads == 0) fj_uninstall_hook();
@@ -775,7 +802,7 @@ int graphs_compiled() { return runtime_state().next_graph_id; }
 extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int throwflag) {
   using namespace framejit;
   ThreadState& ts = t_state;
-  if (ts.ctx == nullptr || ts.paused > 0 || throwflag || fj_frame_has_locals_dict(frame) ||
+  if (ts.ctx == nullptr || hook_pause_depth() > 0 || throwflag || fj_frame_has_locals_dict(frame) ||
       fj_tracing_active(tstate)) {
     return fj_eval_default(tstate, frame, throwflag);
   }

@@ -1,6 +1,7 @@
 // Per-thread hook state: which compile context is active, and whether framejit itself is running.
 #pragma once
 
+#include "common/pause.h"
 #include "runtime/code_state.h"
 
 namespace framejit {
@@ -8,7 +9,6 @@ namespace framejit {
 struct ThreadState {
   CompileContext* ctx = nullptr;  // borrowed from the innermost running compiled function
   std::shared_ptr<CompileContext> ctx_owner;
-  int paused = 0;  // > 0 while framejit's own code (tracing, backends, graphs) or disable() runs
 };
 
 ThreadState& thread_state();
@@ -25,15 +25,6 @@ class ActiveScope {
  private:
   std::shared_ptr<CompileContext> prev_;
   int prev_paused_;
-};
-
-// Frames started inside this scope run in plain CPython (framejit internals, disable()).
-class PauseScope {
- public:
-  PauseScope() { ++thread_state().paused; }
-  ~PauseScope() { --thread_state().paused; }
-  PauseScope(const PauseScope&) = delete;
-  PauseScope& operator=(const PauseScope&) = delete;
 };
 
 }  // namespace framejit

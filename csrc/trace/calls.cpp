@@ -123,9 +123,18 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
     out = v->items;
     return true;
   }
+  // Items made one by one as values: a range of more is not unrolled (its values would take
+  // hundreds of megabytes before the trace ran out of steps anyway).
+  constexpr size_t kMaxItems = size_t{1} << 16;
   if (v->kind == VKind::kIter) {
-    out.assign(v->items.begin() + static_cast<long>(v->index), v->items.end());
+    const size_t n = v->iter_length();
+    if (n - v->index > kMaxItems) return false;
+    for (size_t i = v->index; i < n; ++i) out.push_back(v->iter_item(i));
     return true;
+  }
+  if (v->is_const() && PyRange_Check(v->obj.ptr()) &&
+      static_cast<size_t>(PyObject_Size(v->obj.ptr())) > kMaxItems) {
+    return false;
   }
   if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()))) {
     for (py::handle item : v->obj) {
@@ -200,7 +209,7 @@ class IteratorsConsumed {
   IteratorsConsumed() : exceptions_(std::uncaught_exceptions()) {}
   ~IteratorsConsumed() {
     if (std::uncaught_exceptions() != exceptions_) return;
-    for (const ValuePtr& it : iterators_) it->index = it->items.size();
+    for (const ValuePtr& it : iterators_) it->exhaust();
   }
   void push_back(ValuePtr it) { iterators_.push_back(std::move(it)); }
 
@@ -425,7 +434,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       args[0]->kind == VKind::kIter) {
     // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())).
     ValuePtr it = args[0];
-    if (it->index < it->items.size()) return it->items[it->index++];
+    if (it->index < it->iter_length()) return it->iter_item(it->index++);
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
@@ -481,7 +490,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (arg->kind == VKind::kIter) {
         // Consumed only if the call is traced: a break here leaves the iterator as it was, and
         // the runtime calls the builtin on it.
-        iterable_items(arg, items);
+        if (!iterable_items(arg, items)) {
+          FJ_UNSUPPORTED(kUnsupportedCall, "{}() of an iterator too long to unroll",
+                         callable_name(callable));
+        }
         consumed.push_back(arg);
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {

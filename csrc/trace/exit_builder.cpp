@@ -114,6 +114,13 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       return Rebuild::call(value->fn, std::move(args));
     }
     case VKind::kIter: {
+      if (value->lazy_range) {  // iter(range[index:]): the rest of the range, still a range
+        py::object rest = value->lazy_range[py::slice(static_cast<Py_ssize_t>(value->index),
+                                                      value->iter_length(), 1)];
+        return memoised(Rebuild::call(py::module_::import("builtins").attr("iter"),
+                                      {Rebuild::constant(rest)}),
+                        value);
+      }
       std::vector<Rebuild> rest;
       for (size_t i = value->index; i < value->items.size(); ++i) {
         rest.push_back(rebuild_of(value->items[i]));

@@ -160,7 +160,7 @@ void op_unpack_ex(Tracer& t, const Instr& i) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into at least {}", items.size(),
                    before + after);
   }
-  if (seq->kind == VKind::kIter) seq->index = seq->items.size();
+  if (seq->kind == VKind::kIter) seq->exhaust();
   for (size_t k = 0; k < after; ++k) t.push(items[items.size() - 1 - k]);
   t.push(Value::list({items.begin() + static_cast<long>(before), items.end() - static_cast<long>(after)}));
   for (size_t k = before; k-- > 0;) t.push(items[k]);
@@ -172,7 +172,7 @@ void op_unpack_sequence(Tracer& t, const Instr& i) {
   if (static_cast<int>(items.size()) != i.arg) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} values into {}", items.size(), i.arg);
   }
-  if (seq->kind == VKind::kIter) seq->index = seq->items.size();
+  if (seq->kind == VKind::kIter) seq->exhaust();
   for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
 }
 

@@ -52,8 +52,14 @@ void op_get_iter(Tracer& t, const Instr&) {
     items = t.tensor_rows(seq)->items;
   } else if (seq->kind == VKind::kObject && seq->source >= 0 && t.module_children(seq, items)) {
     // ModuleList, Sequential, ParameterList: children read by source; ModuleDict: its keys.
-  } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyRange_Check(seq->obj.ptr()) ||
-                                 PyUnicode_Check(seq->obj.ptr()))) {
+  } else if (seq->is_const() && PyRange_Check(seq->obj.ptr())) {
+    // Made one item at a time: a loop that breaks early never makes the rest.
+    ValuePtr it = Value::iter({});
+    it->lazy_range = seq->obj;
+    t.pop();
+    t.push(std::move(it));
+    return;
+  } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyUnicode_Check(seq->obj.ptr()))) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
@@ -69,8 +75,8 @@ void op_for_iter(Tracer& t, const Instr& i) {
   if (it->kind != VKind::kIter) {
     FJ_UNSUPPORTED(kUnsupportedValue, "next() of {} is not traced yet", it->describe());
   }
-  if (it->index < it->items.size()) {
-    t.push(it->items[it->index++]);
+  if (it->index < it->iter_length()) {
+    t.push(it->iter_item(it->index++));
     return;
   }
   t.pop();

@@ -260,7 +260,8 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
     } else {
       result = call.fn(*py::tuple(meta_args), **meta_kwargs);
     }
-  } catch (const py::error_already_set& error) {
+  } catch (py::error_already_set& error) {
+    if (error.matches(PyExc_KeyboardInterrupt)) throw;  // the user's Ctrl-C, not a break
     FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", call.target_text,
                    error_summary(error));
   }

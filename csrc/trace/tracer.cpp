@@ -105,6 +105,8 @@ void Tracer::run() {
     // Handlers pop before they find out they cannot go on; the exit needs the stack as it was.
     std::vector<ValuePtr> saved_stack = fr->stack;
     py::object saved_kw_names = fr->kw_names;
+    // Ctrl-C while a long function is traced: out of the trace, to the user.
+    if (PyErr_CheckSignals() < 0) throw py::error_already_set();
     try {
       if (steps_ >= kMaxSteps) {
         FJ_UNSUPPORTED(kTraceTooLong, "trace exceeded {} instructions", kMaxSteps);

@@ -194,4 +194,18 @@ std::string Value::describe() const {
   }
 }
 
+size_t Value::iter_length() const {
+  if (!lazy_range) return items.size();
+  const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
+  if (n < 0) throw py::error_already_set();
+  return static_cast<size_t>(n);
+}
+
+ValuePtr Value::iter_item(size_t i) const {
+  if (!lazy_range) return items.at(i);
+  PyObject* item = PySequence_GetItem(lazy_range.ptr(), static_cast<Py_ssize_t>(i));  // New
+  if (item == nullptr) throw py::error_already_set();
+  return Value::constant(py::reinterpret_steal<py::object>(item));
+}
+
 }  // namespace framejit

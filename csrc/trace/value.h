@@ -82,6 +82,8 @@ struct Value {
   bool frozen = false;           // kCell: a copy of a real cell's content, never stored into
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
   size_t index = 0;              // kIter: items consumed so far
+  py::object lazy_range;         // kIter over a range made one item at a time (not `items`):
+                                 // `for i in range(10**6)` holds no million values
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards
@@ -115,6 +117,12 @@ struct Value {
   bool is_constant_tree() const;
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
   py::object as_python() const;
+
+  // kIter: how many items it yields in all, the one at position i (made now for a lazy range),
+  // and consuming the rest.
+  size_t iter_length() const;
+  ValuePtr iter_item(size_t i) const;
+  void exhaust() { index = iter_length(); }
 
   // This container with fn applied to each item: itself if no item changed, else a copy (made
   // during the trace: no source). Values other than tuples, lists and dicts: itself.

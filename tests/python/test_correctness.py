@@ -245,3 +245,108 @@ def test_forward_replaced_on_a_module_instance_or_class_compiles_again():
     assert same(compiled(x), n(x))
     M.forward = lambda self, x: x * 7
     assert same(compiled(x), n(x))
+
+
+class KeepingHandler(__import__("logging").Handler):
+    """A user's handler that keeps every record (its emit is user code the hook could trace)."""
+
+    def __init__(self):
+        super().__init__()
+        self.records = []
+
+    def emit(self, record):
+        self.records.append(record.getMessage())
+
+
+def test_framejit_logging_never_traces_the_users_handlers():
+    import logging
+    from framejit.testing import regions
+
+    handler = KeepingHandler()
+    logger = logging.getLogger("framejit")
+    logger.addHandler(handler)
+    framejit.set_logs("graph_breaks", "graph_code", handler=False)
+    try:
+        def f(x):
+            y = x * 2
+            if y.sum() > 0:
+                return y + 1
+            return y - 1
+
+        x = torch.ones(3)
+        assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x))
+    finally:
+        framejit.set_logs()
+        logger.removeHandler(handler)
+    assert any("TRACED GRAPH" in r for r in handler.records)
+    assert regions(KeepingHandler.emit) == []  # it ran as plain Python
+
+
+def test_ctrl_c_in_a_backend_reaches_the_user():
+    def interrupting(gm, example_inputs):
+        raise KeyboardInterrupt
+
+    def f(x):
+        return x + 1
+
+    with pytest.raises(KeyboardInterrupt):
+        framejit.compile(f, backend=interrupting)(torch.ones(2))
+
+
+def test_ctrl_c_during_a_loop_of_graph_breaks_arrives_at_once_in_the_users_frame():
+    import signal
+    import time
+
+    def loop(x, n):
+        try:
+            for _ in range(n):
+                if x.sum() > -1e9:  # a branch on a tensor: the runtime performs it in C++
+                    x = x * 1.0
+        except KeyboardInterrupt:
+            return "interrupted"
+        return "finished"
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    compiled = framejit.compile(loop, backend="eager")
+    compiled(torch.ones(2), 2)  # compiled once
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        start = time.perf_counter()
+        result = compiled(torch.ones(2), 10**7)  # minutes of work if not interrupted
+        elapsed = time.perf_counter() - start
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert result == "interrupted"  # the frame's own except ran
+    assert elapsed < 5
+
+
+def test_a_huge_range_is_iterated_one_item_at_a_time():
+    # range(10**8) made every item before the first step: out of memory (466 MB per million).
+    import time
+
+    def f(x):
+        for i in range(10**8):
+            x = x + i
+            if i == 3:
+                break
+        return x
+
+    def g(x, n):
+        total = x
+        for i in range(n):
+            if total.sum() > 1e9:  # a branch on a tensor mid-loop: the iterator is rebuilt
+                break
+            total = total + i
+            if i >= 4:
+                break
+        return total
+
+    x = torch.zeros(2)
+    start = time.perf_counter()
+    assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x))
+    assert same(no_framejit_warnings(framejit.compile(g, backend="eager"), x, 10**9), g(x, 10**9))
+    assert time.perf_counter() - start < 10
