@@ -21,6 +21,17 @@ Rebuild ExitBuilder::memoised(Rebuild r, const ValuePtr& value) {
 }
 
 Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
+  // A value that holds itself (through cells, containers) cannot be rebuilt from its parts.
+  struct Depth {
+    int& depth;
+    explicit Depth(int& d) : depth(d) {
+      if (++depth > kMaxDepth) {
+        --depth;
+        throw InternalError("a value at the region's exit holds itself");
+      }
+    }
+    ~Depth() { --depth; }
+  } depth(depth_);
   // An entry-state value passed on unchanged keeps its identity: read it again from its source.
   const bool from_source =
       value->source >= 0 && value->node == nullptr &&

@@ -29,6 +29,8 @@ class ExitBuilder {
  private:
   Rebuild memoised(Rebuild r, const ValuePtr& value);
 
+  static constexpr int kMaxDepth = 2000;
+  int depth_ = 0;  // rebuild_of's nesting
   RegionExit exit_;
   std::vector<Arg> outputs_;
   std::unordered_map<Node*, int> output_index_;

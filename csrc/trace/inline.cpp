@@ -161,6 +161,10 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                          KwValues kwargs) {
   const bool made = fn && fn->is(ObjRole::kMadeFunction);
+  if (!made && !PyFunction_Check(function.ptr())) {  // a partial, a callable object, a builtin
+    FJ_UNSUPPORTED(kUnsupportedCall, "tracing into {}, which is not a Python function",
+                   safe_repr(function));
+  }
   auto* code = reinterpret_cast<PyCodeObject*>(made ? fn->obj.ptr()
                                                     : PyFunction_GET_CODE(function.ptr()));
   const CallSite site{frame().code, instr().offset};
@@ -439,6 +443,16 @@ ValuePtr Tracer::cell_get(const ValuePtr& cell) {
 void Tracer::cell_set(const ValuePtr& cell, ValuePtr value) {
   if (cell->kind != VKind::kCell || cell->source >= 0 || cell->frozen) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to a closure variable that outlives the call");
+  }
+  if (value->is(ObjRole::kMadeFunction) && value->items.size() == 3 &&
+      value->items[2]->kind == VKind::kTuple) {
+    for (const ValuePtr& closed : value->items[2]->items) {
+      if (closed == cell) {
+        // def rec(): ... rec() ...: the function and its cell would hold each other, which an
+        // exit cannot rebuild. CPython makes the cycle from here on.
+        FJ_UNSUPPORTED(kUnsupportedValue, "a function that refers to itself through its closure");
+      }
+    }
   }
   cell->items.assign(1, std::move(value));
 }

@@ -74,7 +74,13 @@ void op_load_attr(Tracer& t, const Instr& i) {
   ValuePtr base = t.pop();
   ValuePtr attribute = t.attr(base, name);
   if (attribute->is(ObjRole::kProperty)) {  // the getter's result is what LOAD_ATTR pushes
-    t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
+    if (PyFunction_Check(attribute->obj.ptr())) {
+      t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
+      return;
+    }
+    // A getter that is a functools.partial or a callable object: called like any callable.
+    ValuePtr result = t.call(Value::object(attribute->obj), {attribute->bound_self}, {});
+    if (result) t.push(result);
     return;
   }
   t.push(attribute);

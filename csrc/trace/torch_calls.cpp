@@ -60,6 +60,25 @@ py::object meta_value(const ValuePtr& value) {
   FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
 }
 
+// A NumPy scalar (np.float32(2.0)) as the Python number it holds: the graph's code would name
+// `np`, which its globals lack; torch treats both as the same scalar. A NumPy array is left to
+// the runtime. Other objects: unchanged.
+py::object numpy_free(py::object value) {
+  py::object module = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("numpy").ptr()));
+  if (!module) {
+    PyErr_Clear();
+    return value;  // NumPy was never imported: nothing here is a NumPy object
+  }
+  if (PyObject_IsInstance(value.ptr(), module.attr("generic").ptr()) == 1) {
+    return value.attr("item")();
+  }
+  if (PyObject_IsInstance(value.ptr(), module.attr("ndarray").ptr()) == 1) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "a NumPy array passed to a torch call");
+  }
+  PyErr_Clear();
+  return value;
+}
+
 Arg arg_of(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kSymNum:
@@ -69,8 +88,9 @@ Arg arg_of(const ValuePtr& value) {
     case VKind::kTensor:
       return Arg::of(value->node);
     case VKind::kConst:
-    case VKind::kObject:
       return Arg::constant(value->obj);
+    case VKind::kObject:
+      return Arg::constant(numpy_free(value->obj));
     case VKind::kTuple:
     case VKind::kList: {
       std::vector<Arg> items;
@@ -385,6 +405,8 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
     if (name == "nbytes") sizes().note_sizes_read(tensor, "Tensor." + name);
     return Value::constant(tensor->obj.attr(constant));
   }
+  // Its type: torch.Tensor, Parameter or a subclass, exactly as guarded (not the metaclass).
+  if (name == "__class__") return Value::object(type_of(tensor));
   const std::string device = py::str(tensor->device).cast<std::string>();
   if (name == "device") return Value::constant(tensor->device);
   if (name == "is_cuda") return Value::constant(py::bool_(is_device_type(device, "cuda")));

@@ -350,3 +350,63 @@ def test_a_huge_range_is_iterated_one_item_at_a_time():
     assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x))
     assert same(no_framejit_warnings(framejit.compile(g, backend="eager"), x, 10**9), g(x, 10**9))
     assert time.perf_counter() - start < 10
+
+
+def test_the_class_of_a_tensor_is_its_type():
+    def f(x):
+        return x.__class__.__name__, type(x) is x.__class__
+
+    x = torch.ones(2)
+    assert no_framejit_warnings(framejit.compile(f, backend="eager"), x) == ("Tensor", True)
+
+
+def test_a_function_returned_that_refers_to_itself_does_not_crash():
+    def f(x):
+        def countdown(n):
+            return countdown if n == 0 else countdown(n - 1)
+        return countdown, x + 1
+
+    x = torch.ones(2)
+    countdown, y = no_framejit_warnings(framejit.compile(f, backend="eager"), x)
+    assert same(y, x + 1)
+    assert countdown(3) is countdown
+
+
+class PartialProperty:
+    value = property(__import__("functools").partial(lambda self, k: 3.0 * k, k=2.0))
+
+
+class CallableGetter:
+    def __call__(self, obj):
+        return 5.0
+
+
+class CallableProperty:
+    value = property(CallableGetter())
+
+
+@pytest.mark.parametrize("owner", [PartialProperty, CallableProperty])
+def test_a_property_whose_getter_is_not_a_function_does_not_crash(owner):
+    def f(o, x):
+        return x * o.value
+
+    x = torch.ones(2)
+    assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), owner(), x),
+                f(owner(), x))
+
+
+def test_a_numpy_scalar_in_a_torch_call_is_its_number_in_the_graph_code():
+    np = pytest.importorskip("numpy")
+
+    def f(x):
+        return x * np.float32(2.0) + np.int64(3)
+
+    codes = []
+
+    def reads_code(gm, example_inputs):
+        codes.append(gm.code)  # NameError on `np` when the graph ran, before
+        return gm.forward
+
+    x = torch.ones(2)
+    assert same(no_framejit_warnings(framejit.compile(f, backend=reads_code), x), f(x))
+    assert codes and "np." not in codes[0]
