@@ -6,6 +6,9 @@
 
 #include <fmt/format.h>
 
+#include <pthread.h>
+
+#include <cstdint>
 #include <map>
 #include <optional>
 
@@ -780,6 +783,22 @@ PyObject* run_frame(FrameRun& run) {
 
 ThreadState& thread_state() { return t_state; }
 
+size_t c_stack_left() {
+  // The lowest address of this thread's stack, found once per thread (stacks grow down here).
+  static thread_local uintptr_t low = [] {
+    pthread_attr_t attr;
+    void* addr = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &attr) != 0) return uintptr_t{0};
+    pthread_attr_getstack(&attr, &addr, &size);
+    pthread_attr_destroy(&attr);
+    return reinterpret_cast<uintptr_t>(addr);
+  }();
+  char here = 0;
+  const auto at = reinterpret_cast<uintptr_t>(&here);
+  return low == 0 || at < low ? SIZE_MAX : at - low;
+}
+
 ActiveScope::ActiveScope(const std::shared_ptr<CompileContext>& ctx)
     : prev_(t_state.ctx_owner), prev_paused_(hook_pause_depth()) {
   if (!prev_ && runtime_state().active_threads++ == 0) fj_install_hook();
@@ -805,6 +824,24 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
   if (ts.ctx == nullptr || hook_pause_depth() > 0 || throwflag || fj_frame_has_locals_dict(frame) ||
       fj_tracing_active(tstate)) {
     return fj_eval_default(tstate, frame, throwflag);
+  }
+  // With a frame hook installed every Python call is a C call too, so deep recursion runs out
+  // of C stack long before sys.getrecursionlimit(). Near the end of the stack this frame and
+  // everything it calls run in plain CPython with the hook off (CPython then makes Python calls
+  // without C recursion, as eager does); at the very end a call raises RecursionError instead
+  // of overflowing the stack.
+  const size_t stack_left = c_stack_left();
+  if (stack_left < kStackForTracing) {
+    if (stack_left < kStackReserve) {
+      PyErr_SetString(PyExc_RecursionError,
+                      "maximum recursion depth exceeded (the C stack, with framejit's frame hook "
+                      "on: every Python call is a C call)");
+      return fj_eval_default(tstate, frame, 1);
+    }
+    fj_uninstall_hook();
+    PyObject* result = fj_eval_default(tstate, frame, throwflag);
+    if (runtime_state().active_threads > 0) fj_install_hook();
+    return result;
   }
   PyCodeObject* code = fj_frame_code(frame);
   CodeState* state = nullptr;

@@ -1,6 +1,8 @@
 // Per-thread hook state: which compile context is active, and whether framejit itself is running.
 #pragma once
 
+#include <cstddef>
+
 #include "common/pause.h"
 #include "runtime/code_state.h"
 
@@ -12,6 +14,12 @@ struct ThreadState {
 };
 
 ThreadState& thread_state();
+
+// Bytes of C stack left below the caller on this thread (SIZE_MAX if unknown).
+size_t c_stack_left();
+// Under this much, frames run in plain CPython; under the reserve, a call raises RecursionError.
+inline constexpr size_t kStackForTracing = 512 * 1024;
+inline constexpr size_t kStackReserve = 128 * 1024;
 
 // Entered by a compiled function's call: turns the hook on for this thread (installing it on
 // the interpreter when the first thread enters) and makes `ctx` the active context.

@@ -410,3 +410,25 @@ def test_a_numpy_scalar_in_a_torch_call_is_its_number_in_the_graph_code():
     x = torch.ones(2)
     assert same(no_framejit_warnings(framejit.compile(f, backend=reads_code), x), f(x))
     assert codes and "np." not in codes[0]
+
+
+def test_deep_recursion_through_compiled_frames_runs_as_deep_as_eager():
+    # With the frame hook on every Python call is a C call: 7,000 levels overflowed the C stack
+    # (segfault) where eager runs 50,000. Run in a child process: a crash must not take pytest.
+    import subprocess
+    import sys
+
+    program = """
+import sys, torch, framejit
+sys.setrecursionlimit(60000)
+def deep(x, n):
+    if n == 0:
+        return x
+    return deep(x + 1, n - 1)
+compiled = framejit.compile(deep, backend="eager", options={"recompile_limit": 64})
+print(compiled(torch.zeros(1), 50000).item())
+"""
+    done = subprocess.run([sys.executable, "-W", "ignore", "-c", program], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "50000.0"
