@@ -19,10 +19,11 @@ class CompiledModule(torch.nn.Module):
     holds the module as ``_orig_mod``, as torch.compile does) and calls it through the hook, so
     ``forward`` and anything it calls are traced while the module's own hooks run as usual."""
 
-    def __init__(self, mod: torch.nn.Module, compiled_call):
+    def __init__(self, mod: torch.nn.Module, compiled_call, compile_kwargs=None):
         super().__init__()
         self._orig_mod = mod
         d = self.__dict__
+        d["_framejit_compile_kwargs"] = dict(compile_kwargs or {})  # to compile it again
         d["_framejit_call"] = compiled_call  # calls mod(...): nn.Module.__call__, hooks included
         d["_framejit_mod"] = mod
         d["_framejit_forward"] = type(mod).forward
@@ -57,6 +58,31 @@ class CompiledModule(torch.nn.Module):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        # The module's attributes live on the module: `cm.scale = 2` and `cm.count += 1` change
+        # what the compiled forward reads, as they would on the module itself. The wrapper keeps
+        # only its own state (set while it is made, and nn.Module's bookkeeping).
+        d = self.__dict__
+        if "_orig_mod" not in d.get("_modules", {}) or name in d or name == "_orig_mod":
+            super().__setattr__(name, value)
+        else:
+            setattr(d["_modules"]["_orig_mod"], name, value)
+
+    def __delattr__(self, name):
+        if name in self.__dict__ or name == "_orig_mod":
+            super().__delattr__(name)
+        else:
+            delattr(self._orig_mod, name)
+
+    def __dir__(self):
+        return sorted(set(super().__dir__()) | set(dir(self._orig_mod)))
+
+    def __reduce__(self):
+        # Pickled (torch.save) as the module and how it was compiled: loading compiles it again.
+        # The compiled call itself (C++ state, regions) is not picklable and is not needed.
+        return (functools.partial(compile, **self.__dict__["_framejit_compile_kwargs"]),
+                (self._orig_mod,))
 
 
 def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=None, mode=None,
@@ -96,7 +122,9 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
         _skip.allow_file_of(type(fn).forward)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
                                 bool(warm_branches), any_sizes=any_sizes)
-        return CompiledModule(fn, call)
+        return CompiledModule(fn, call, dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                                             options=options, mode=mode,
+                                             warm_branches=warm_branches))
     if not callable(fn):
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
     _skip.allow_file_of(fn)

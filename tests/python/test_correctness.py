@@ -432,3 +432,36 @@ print(compiled(torch.zeros(1), 50000).item())
                           text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "50000.0"
+
+
+class Counting(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.scale = 1.0
+        self.count = 0
+
+    def forward(self, x):
+        self.count += 1
+        return self.lin(x) * self.scale
+
+
+def test_the_compiled_module_passes_attribute_writes_dir_and_pickling_to_the_module():
+    import io
+
+    model = Counting()
+    compiled = framejit.compile(model, backend="eager")
+    x = torch.ones(2)
+    compiled(x)
+    compiled.scale = 2.0  # reached the wrapper only, before
+    assert model.scale == 2.0
+    assert same(compiled(x), model.lin(x) * 2.0)
+    compiled.count += 10
+    assert model.count == 12 and compiled.count == 12
+    assert {"lin", "scale", "count"} <= set(dir(compiled))
+    buffer = io.BytesIO()
+    torch.save(compiled, buffer)  # "cannot pickle 'framejit._C.CompiledFunction'" before
+    buffer.seek(0)
+    loaded = torch.load(buffer, weights_only=False)
+    assert isinstance(loaded, framejit.CompiledModule)
+    assert same(loaded(x), compiled(x))
