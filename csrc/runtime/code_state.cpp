@@ -67,12 +67,16 @@ CodeState* code_state(PyCodeObject* code) {
 }
 
 void reset_all_code_states() {
-  for (CodeState* state : runtime_state().registry) {
+  RuntimeState& rs = runtime_state();
+  for (CodeState* state : rs.registry) {
     state->decision = CodeState::Decision::kUnknown;
-    state->clear_regions();
-    state->bytecode.reset();
+    // A thread may be running these regions right now (reset() from another thread, or from
+    // code a compiled function calls): they are retired, and freed once no compiled call runs.
+    for (auto& region : state->take_regions()) rs.retired.emplace_back(std::move(region));
+    if (state->bytecode) rs.retired.emplace_back(std::move(state->bytecode));
     state->limit_warned = false;
   }
+  if (rs.active_threads == 0) rs.retired.clear();
 }
 
 void reset_skip_decisions() {

@@ -81,9 +81,10 @@ struct CodeState {
     regions.push_back(std::move(region));
     return raw;
   }
-  void clear_regions() {
+  // Every region, handed over (the code state has none after).
+  std::vector<std::unique_ptr<Region>> take_regions() {
     by_entry_.clear();
-    regions.clear();
+    return std::move(regions);
   }
 
  private:

@@ -61,6 +61,9 @@ struct FrameRun {
   PyCodeObject* code;
   CodeState& state;
   std::shared_ptr<CompileContext> ctx;
+  // This run's decoded bytecode: framejit.reset() on another thread (or in a call this frame
+  // makes) retires the code state's copy, which stays alive while any compiled call runs.
+  const Bytecode* bytecode = nullptr;
   int pc = 0;
   ValueStack stack;
 
@@ -517,7 +520,7 @@ void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth) {
     PyErr_Clear();
     return;
   }
-  report_region(*run.ctx, run.code, *region, *run.state.bytecode);
+  report_region(*run.ctx, run.code, *region, *run.bytecode);
   Region* raw = run.state.add(std::move(region));
   if (raw->kind == RegionKind::kCompiled) warm_branch_sides(run, *raw, fs, depth);
 }
@@ -678,7 +681,7 @@ PyObject* run_frame(FrameRun& run) {
   while (true) {
     // Ctrl-C between regions: the runtime performs branches and calls without CPython's eval
     // loop, which would check for signals; raised at this region's first instruction.
-    if (PyErr_CheckSignals() < 0) return resume(run, state.bytecode->at(run.pc).offset, true);
+    if (PyErr_CheckSignals() < 0) return resume(run, run.bytecode->at(run.pc).offset, true);
     const FrameState fs = run.frame_state();
     SlotValues slots;
     int tried = 0;
@@ -715,11 +718,11 @@ PyObject* run_frame(FrameRun& run) {
         // Ctrl-C while tracing or compiling: raised in the frame at this instruction, so its
         // own try/except sees it. A fullgraph error is raised to the caller as it is.
         if (PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
-          return resume(run, state.bytecode->at(run.pc).offset, true);
+          return resume(run, run.bytecode->at(run.pc).offset, true);
         }
         return nullptr;
       }
-      report_region(ctx, run.code, *fresh, *state.bytecode);
+      report_region(ctx, run.code, *fresh, *run.bytecode);
       region = state.add(std::move(fresh));
     }
     ++region->hits;
@@ -731,7 +734,7 @@ PyObject* run_frame(FrameRun& run) {
     if (outputs == nullptr) {
       // The graph raised: report it at the region's first instruction, in the user's frame.
       slots.clear();
-      return resume(run, state.bytecode->at(run.pc).offset, true);
+      return resume(run, run.bytecode->at(run.pc).offset, true);
     }
     const RegionExit& exit = region->exit;
     MemoTable memo(static_cast<size_t>(exit.memo_size));
@@ -740,7 +743,7 @@ PyObject* run_frame(FrameRun& run) {
       // the runtime still holds.
       Py_DECREF(outputs);
       slots.clear();
-      return resume(run, state.bytecode->at(run.pc).offset, true);
+      return resume(run, run.bytecode->at(run.pc).offset, true);
     }
     if (exit.kind == ExitKind::kReturn) {
       PyObject* result = exit.result.build(outputs, slots, memo);
@@ -811,7 +814,10 @@ ActiveScope::~ActiveScope() {
   hook_pause_depth() = prev_paused_;
   t_state.ctx_owner = std::move(prev_);
   t_state.ctx = t_state.ctx_owner.get();
-  if (!t_state.ctx && --runtime_state().active_threads == 0) fj_uninstall_hook();
+  if (!t_state.ctx && --runtime_state().active_threads == 0) {
+    fj_uninstall_hook();
+    runtime_state().retired.clear();  // no compiled call runs: what reset() dropped can go
+  }
 }
 
 int graphs_compiled() { return runtime_state().next_graph_id; }
@@ -861,6 +867,7 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
   }
   FrameRun run{tstate, frame, code, *state, ts.ctx_owner};
   try {
+    run.bytecode = &decoded_bytecode(code, *state);
     return run_frame(run);
   } catch (const std::exception& e) {
     // Regions already run have written their state into the frame: CPython goes on from the

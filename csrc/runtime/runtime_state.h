@@ -4,6 +4,7 @@
 
 #include <Python.h>
 
+#include <memory>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -26,6 +27,9 @@ struct RuntimeState {
   int next_graph_id = 0;
   int next_region_id = 0;
   PyObject* compiled_type = nullptr;  // Borrowed: the CompiledFunction type made at module init
+  // Regions and decoded bytecode that framejit.reset() dropped while a compiled call ran on some
+  // thread (it may be running them): freed when no compiled call runs.
+  std::vector<std::shared_ptr<void>> retired;
 };
 
 RuntimeState& runtime_state();

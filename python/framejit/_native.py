@@ -10,6 +10,7 @@ numbers passed as inputs are baked into a program, so the callable keys its prog
 """
 import logging
 import operator
+import threading
 from typing import Dict, List
 
 import torch
@@ -66,6 +67,9 @@ def native(gm: torch.fx.GraphModule, example_inputs, rewrite=None):
     return _C.make_native_function(lower, gm.forward)
 
 
+_MAKE_FX_LOCK = threading.RLock()
+
+
 def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
     from torch.fx.experimental.proxy_tensor import make_fx
     for node in gm.graph.nodes:
@@ -73,7 +77,8 @@ def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
                 torch._C._set_grad_enabled, torch.autograd.grad_mode._enter_inference_mode):
             # make_fx records below autograd: the aten program would lose the switch.
             raise LoweringError("the graph switches grad or inference mode (a `with` block inside)")
-    aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*_unaliased(args))
+    with _MAKE_FX_LOCK:  # make_fx's tracing state is process-wide: one lowering at a time
+        aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*_unaliased(args))
     _remove_dead_code(aten_gm.graph)
     return aten_gm
 

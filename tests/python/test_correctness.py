@@ -465,3 +465,61 @@ def test_the_compiled_module_passes_attribute_writes_dir_and_pickling_to_the_mod
     loaded = torch.load(buffer, weights_only=False)
     assert isinstance(loaded, framejit.CompiledModule)
     assert same(loaded(x), compiled(x))
+
+
+def test_reset_from_code_a_compiled_function_calls_returns():
+    def helper():
+        framejit.reset()
+
+    def f(x):
+        y = x + 1
+        helper()  # never returned before: the frame's regions were freed under it
+        return y * 2
+
+    compiled = framejit.compile(f, backend="eager")
+    for _ in range(3):
+        x = torch.ones(2)
+        assert same(compiled(x), f(x))
+
+
+def test_threads_compiling_calling_and_resetting_give_eager_results():
+    # 8 threads, two backends, one of them resetting every 50 calls: a segfault on every run
+    # before (reset() freed regions another thread was running; make_fx is not thread-safe).
+    import threading
+    import time
+
+    def f(x, y):
+        z = x * 2 + y
+        if z.sum() > 0:
+            return z.relu()
+        return z - 1
+
+    stop = time.time() + 8
+    problems = []
+
+    def worker(i):
+        compiled = framejit.compile(f, backend="eager" if i % 2 else "native")
+        calls = 0
+        try:
+            while time.time() < stop:
+                x, y = torch.randn(4), torch.randn(4)
+                if not same(compiled(x, y), f(x, y)):
+                    problems.append(f"thread {i}: result differs from eager")
+                    return
+                calls += 1
+                if i == 0 and calls % 50 == 0:
+                    framejit.reset()
+        except Exception as e:  # noqa: BLE001  (reported, the test fails)
+            problems.append(f"thread {i}: {e!r}")
+
+    # Warnings are process-wide: recorded here for every thread (a fallback would be one).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    problems.extend(str(w.message) for w in caught
+                    if issubclass(w.category, framejit.FramejitWarning))
+    assert not problems, problems[:5]
