@@ -8,6 +8,7 @@
 #include "bytecode/decode.h"
 #include "graph/graph_runner.h"
 #include "log/log.h"
+#include "module_state.h"
 #include "runtime/code_state.h"
 #include "runtime/compiled_function.h"
 #include "runtime/eval_frame.h"
@@ -97,6 +98,24 @@ PYBIND11_MODULE(_C, m) {
     py::enum_<Kind>(m, "TensorMethodKind") FJ_FOREACH_TENSOR_METHOD_KIND(FJ_PY_VALUE);
   }
 #undef FJ_PY_VALUE
+
+  m.def(
+      "_inject_fault",
+      [](const std::string& site, int64_t n) {
+        FaultInjection& fault = fault_injection();
+        if (site == "none" || n <= 0) {
+          fault = FaultInjection();
+          return;
+        }
+        if (site == "trace") fault.site = FaultSite::kTrace;
+        else if (site == "export") fault.site = FaultSite::kExport;
+        else if (site == "backend") fault.site = FaultSite::kBackend;
+        else throw py::value_error("fault site must be 'trace', 'export', 'backend' or 'none'");
+        fault.countdown = n;
+      },
+      py::arg("site"), py::arg("n") = 1,
+      "Tests only: the tracer, the export or the backend call fails at its n-th opportunity.");
+  m.def("_fault_armed", []() { return fault_injection().site != FaultSite::kNone; });
 
   m.def("_init", [](py::object support) { PyRefs::init(std::move(support)); },
         "Connects the C++ core to framejit._support (called once by framejit/__init__.py).");

@@ -8,6 +8,7 @@ ModuleState& module_state() {
   return *state;
 }
 
+FaultInjection& fault_injection() { return module_state().faults; }
 LogState& log_state() { return module_state().log; }
 TraceState& trace_state() { return module_state().trace; }
 RuntimeState& runtime_state() { return module_state().runtime; }

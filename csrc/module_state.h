@@ -5,6 +5,7 @@
 // per-thread (runtime/thread_state.h) or the C shim's hook flag (runtime/eval_frame.c).
 #pragma once
 
+#include "common/fault.h"
 #include "log/log.h"
 #include "runtime/runtime_state.h"
 #include "trace/trace_state.h"
@@ -12,6 +13,7 @@
 namespace framejit {
 
 struct ModuleState {
+  FaultInjection faults;  // tests only
   LogState log;
   TraceState trace;
   RuntimeState runtime;

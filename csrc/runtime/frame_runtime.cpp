@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "bytecode/version.h"
+#include "common/fault.h"
 #include "common/check.h"
 #include "graph/graph_runner.h"
 #include "graph/printer.h"
@@ -286,6 +287,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   try {
     // The backend gets a GraphModule whose forward runs the IR; the FX graph and its code are
     // made only if the backend asks for them (python/framejit/_graph_module.py).
+    if (fault_due(FaultSite::kExport)) throw std::runtime_error("injected fault in the export");
     py::object runner = py::reinterpret_steal<py::object>(
         new_graph_runner(std::make_unique<Graph>(std::move(graph))));  // graph: moved from here on
     if (!runner) throw py::error_already_set();
@@ -298,6 +300,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       if (value == nullptr) throw py::error_already_set();
       example_inputs.append(py::reinterpret_steal<py::object>(value));
     }
+    if (fault_due(FaultSite::kBackend)) throw std::runtime_error("injected fault in the backend");
     region->compiled = ctx.backend(gm, example_inputs);
     if (!PyCallable_Check(region->compiled.ptr())) {
       throw std::runtime_error(fmt::format("it returned {}, not a callable (a backend returns "

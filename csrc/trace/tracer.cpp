@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/fault.h"
 #include "trace/modes.h"
 #include "trace/pyrefs.h"
 
@@ -107,6 +108,7 @@ void Tracer::run() {
     py::object saved_kw_names = fr->kw_names;
     // Ctrl-C while a long function is traced: out of the trace, to the user.
     if (PyErr_CheckSignals() < 0) throw py::error_already_set();
+    if (fault_due(FaultSite::kTrace)) throw InternalError("injected fault in the tracer");
     try {
       if (steps_ >= kMaxSteps) {
         FJ_UNSUPPORTED(kTraceTooLong, "trace exceeded {} instructions", kMaxSteps);

@@ -4,6 +4,8 @@
 that traces its bytecode with meta tensors into FX graphs, guards what it assumed, and hands each
 graph to a torch.compile backend.
 """
+import os as _os
+
 import torch  # noqa: F401  (libtorch must be loaded before _C)
 
 from . import _C, _support
@@ -18,6 +20,9 @@ from .exc import FramejitWarning, Unsupported  # noqa: E402
 
 _skip.apply()
 _logging.init_from_env()
+if _os.environ.get("FRAMEJIT_INJECT_FAULT"):  # tests: site:n (framejit.testing.inject_fault)
+    _site, _, _n = _os.environ["FRAMEJIT_INJECT_FAULT"].partition(":")
+    _C._inject_fault(_site, int(_n or 1))
 
 __all__ = [
     "compile", "disable", "explain", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",

@@ -1,4 +1,5 @@
 """Helpers for tests of framejit and of code compiled with it."""
+import contextlib
 import os
 import re
 
@@ -37,6 +38,20 @@ class CompileCounter:
         self.op_count = 0
         self.graphs.clear()
         self.compiled.clear()
+
+
+@contextlib.contextmanager
+def inject_fault(site: str, n: int = 1):
+    """Within the block, framejit's tracer (``"trace"``), the export of a region to a
+    GraphModule (``"export"``) or the backend call (``"backend"``) fails at its n-th
+    opportunity, once; yields a function telling whether the fault has fired. The same from the
+    environment: ``FRAMEJIT_INJECT_FAULT=trace:5`` (armed at import)."""
+    from . import _C
+    _C._inject_fault(site, n)
+    try:
+        yield lambda: not _C._fault_armed()
+    finally:
+        _C._inject_fault("none", 0)
 
 
 def regions(fn):
