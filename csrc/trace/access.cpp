@@ -486,6 +486,9 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
         return;
       }
     }
+    if (container->iterated) {  // ends the region first: the real iterator raises
+      FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+    }
     container->keys.push_back(k);
     container->items.push_back(value);
     return;

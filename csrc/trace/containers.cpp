@@ -117,11 +117,17 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       }
       return -1;
     };
+    auto resized = [&]() {
+      if (self->iterated) {
+        FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+      }
+    };
     auto set = [&](const py::object& key, const ValuePtr& value) {
       const long at = find(key);
       if (at >= 0) {
         self->items[at] = value;
       } else {
+        resized();
         self->keys.push_back(key);
         self->items.push_back(value);
       }
@@ -144,6 +150,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
         if (n == 2) return args[2];
         FJ_UNSUPPORTED(kUnsupportedValue, "dict.pop of a missing key raises KeyError");
       }
+      resized();
       ValuePtr out = self->items[at];
       self->keys.erase(self->keys.begin() + at);
       self->items.erase(self->items.begin() + at);

@@ -125,6 +125,12 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       return Rebuild::call(value->fn, std::move(args));
     }
     case VKind::kIter: {
+      if (value->over) {  // a real iterator over the rebuilt list or dict, at the same position
+        return memoised(Rebuild::call(PyRefs::get().support.attr("iterator_at"),
+                                      {rebuild_of(value->over),
+                                       Rebuild::constant(py::int_(value->index))}),
+                        value);
+      }
       if (value->lazy_range) {  // iter(range[index:]): the rest of the range, still a range
         py::object rest = value->lazy_range[py::slice(static_cast<Py_ssize_t>(value->index),
                                                       value->iter_length(), 1)];

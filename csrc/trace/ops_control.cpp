@@ -44,6 +44,16 @@ void op_get_iter(Tracer& t, const Instr&) {
   ValuePtr seq = t.peek();
   std::vector<ValuePtr> items;
   if (seq->kind == VKind::kIter) return;
+  if (seq->kind == VKind::kList || seq->kind == VKind::kDict) {
+    // Iterated as it is at each step: the loop body may change it (lst.append, d[k] = v).
+    ValuePtr it = Value::iter({});
+    it->over = seq;
+    it->over_size = seq->items.size();
+    if (seq->kind == VKind::kDict) seq->iterated = true;
+    t.pop();
+    t.push(std::move(it));
+    return;
+  }
   if (seq->is_sequence()) {
     items = seq->items;
   } else if (seq->kind == VKind::kDict) {

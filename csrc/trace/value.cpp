@@ -195,6 +195,12 @@ std::string Value::describe() const {
 }
 
 size_t Value::iter_length() const {
+  if (over) {
+    if (over->kind == VKind::kDict && over->items.size() != over_size) {
+      FJ_UNSUPPORTED(kSideEffect, "a dict changed size while a loop iterates it");
+    }
+    return over->items.size();
+  }
   if (!lazy_range) return items.size();
   const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
   if (n < 0) throw py::error_already_set();
@@ -202,6 +208,7 @@ size_t Value::iter_length() const {
 }
 
 ValuePtr Value::iter_item(size_t i) const {
+  if (over) return over->kind == VKind::kDict ? Value::constant(over->keys.at(i)) : over->items.at(i);
   if (!lazy_range) return items.at(i);
   PyObject* item = PySequence_GetItem(lazy_range.ptr(), static_cast<Py_ssize_t>(i));  // New
   if (item == nullptr) throw py::error_already_set();

@@ -84,6 +84,12 @@ struct Value {
   size_t index = 0;              // kIter: items consumed so far
   py::object lazy_range;         // kIter over a range made one item at a time (not `items`):
                                  // `for i in range(10**6)` holds no million values
+  ValuePtr over;                 // kIter over a list or dict value of the trace, read as it is
+                                 // at each step (not `items`): appends, pops and value updates
+                                 // made during the loop are seen, as in Python
+  size_t over_size = 0;          // kIter over a dict: its size when the loop started
+  bool iterated = false;         // kDict: a loop iterated it; a change of its size then ends
+                                 // the region first, so the real iterator raises as in Python
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards

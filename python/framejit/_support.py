@@ -493,3 +493,13 @@ def emit(artifact: str, message: str) -> None:
 
 def warn(message: str) -> None:
     warnings.warn(message, FramejitWarning, stacklevel=2)
+
+
+def iterator_at(container, position: int):
+    """A real iterator over container (a list or dict a region exit rebuilt) that has yielded
+    `position` items, as the loop the region traced had: later changes of the container are seen
+    (or, for a dict that changes size, raise) as in Python."""
+    it = iter(container)
+    for _ in range(position):
+        next(it)
+    return it

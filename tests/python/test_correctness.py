@@ -523,3 +523,43 @@ def test_threads_compiling_calling_and_resetting_give_eager_results():
     problems.extend(str(w.message) for w in caught
                     if issubclass(w.category, framejit.FramejitWarning))
     assert not problems, problems[:5]
+
+
+def test_a_loop_sees_its_list_or_dict_change_as_in_python():
+    def appends(x):
+        items = [x, x * 2]
+        out = []
+        for v in items:
+            out.append(v + 1)
+            if len(items) < 4:
+                items.append(v * 10)  # the loop sees the new items
+        return out
+
+    def pops(x):
+        items = [x, x * 2, x * 3]
+        n = 0
+        for _ in items:
+            items.pop()
+            n += 1
+        return x * n
+
+    def updates(x):
+        d = {"a": x, "b": x * 2}
+        total = x * 0
+        for k in d:
+            d["b"] = x * 5  # a value changed during the loop is read by the next step
+            total = total + d[k]
+        return total
+
+    def grows(x):
+        d = {"a": x}
+        try:
+            for _ in d:
+                d["z"] = x  # RuntimeError: dictionary changed size during iteration
+        except RuntimeError:
+            return x - 100
+        return x
+
+    x = torch.ones(2)
+    for f in (appends, pops, updates, grows):
+        assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x)), f.__name__
