@@ -196,6 +196,9 @@ PyObject* meta_like(PyObject* tensor) {
   }
   MetaShape shape = meta_shape_of(tensor);
   shape.storage_offset = 0;
+  // An inference tensor stands for one, any other tensor not, whatever the mode while tracing
+  // (an argument first read inside `with torch.inference_mode():`).
+  c10::InferenceMode mode(t.is_inference());
   return make_meta_tensor(shape);
 }
 

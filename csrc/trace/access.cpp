@@ -282,6 +282,20 @@ void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name
   auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
   if (same_object) {
     entry_.guard_class_attribute_is(cls->source, type, py::str(name).ptr());
+    if (cls != base && base->source >= 0) {
+      // Bound from the class because the instance has no attribute of that name: an instance
+      // attribute set later (obj.meth = ..., module.forward = ...) shadows it.
+      PyObject* own = PyObject_GenericGetDict(base->obj.ptr(), nullptr);  // New or NULL
+      if (own == nullptr) {
+        PyErr_Clear();
+      } else {
+        Py_DECREF(own);
+        ValuePtr dict = entry_.load(entry_.sources().attr(base->source, "__dict__"));
+        if (dict && dict->source >= 0 && PyDict_CheckExact(dict->obj.ptr())) {
+          entry_.guard_dict_contains(dict->source, py::str(name).ptr(), false);
+        }
+      }
+    }
   } else {
     entry_.guard_class_attribute(cls->source, type, py::str(name).ptr(), present);
   }

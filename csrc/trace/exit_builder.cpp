@@ -52,8 +52,17 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       r.index = it->second;
       return r;
     }
-    case VKind::kConst:
+    case VKind::kConst: {
+      PyObject* obj = value->obj.ptr();
+      if (PyList_CheckExact(obj) || PyDict_CheckExact(obj) || PySet_CheckExact(obj) ||
+          PyByteArray_CheckExact(obj)) {
+        // A mutable object folded at trace time (`l + [0.5]`): a new copy on every run, never
+        // the one object shared by every call.
+        py::object type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+        return memoised(Rebuild::call(type, {Rebuild::constant(value->obj)}), value);
+      }
       return Rebuild::constant(value->obj);
+    }
     case VKind::kObject:
       if (value->role == ObjRole::kNewObject) {  // an object made in the trace, escaping
         py::tuple names(value->keys.size());

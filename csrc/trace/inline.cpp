@@ -167,6 +167,13 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   }
   auto* code = reinterpret_cast<PyCodeObject*>(made ? fn->obj.ptr()
                                                     : PyFunction_GET_CODE(function.ptr()));
+  if (!made && fn && fn->source >= 0) {
+    // The function is guarded by identity; its code can be replaced (f.__code__ = ...).
+    ValuePtr code_value = entry_.load(entry_.sources().attr(fn->source, "__code__"));
+    if (code_value && code_value->source >= 0) {
+      entry_.guard_id(code_value->source, code_value->obj.ptr());
+    }
+  }
   const CallSite site{frame().code, instr().offset};
   if (no_inline_ != nullptr) {
     auto it = no_inline_->find(site);
@@ -241,6 +248,9 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
     FJ_UNSUPPORTED(kUnsupportedCall, "module {} has no Python forward",
                    Py_TYPE(obj.ptr())->tp_name);
   }
+  // type(module).forward as it is now, and no forward set on the instance: replacing either
+  // compiles again.
+  if (self->source >= 0) guard_class_attribute(self, "forward", true, /*same_object=*/true);
   inline_call(Value::object(forward), forward, std::move(args), std::move(kwargs));
 }
 
