@@ -241,6 +241,18 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
     FJ_UNSUPPORTED(kUnsupportedCall, "module {} is not called through nn.Module.__call__",
                    Py_TYPE(obj.ptr())->tp_name);
   }
+  {
+    // A forward set on the instance is what nn.Module.__call__ runs: left to the runtime.
+    PyObject* own = PyObject_GenericGetDict(obj.ptr(), nullptr);  // New or NULL
+    if (own == nullptr) PyErr_Clear();
+    const bool shadowed = own != nullptr && PyDict_Check(own) &&
+                          PyDict_GetItemString(own, "forward") != nullptr;
+    Py_XDECREF(own);
+    if (shadowed) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "module {} has a forward of its own instance",
+                     Py_TYPE(obj.ptr())->tp_name);
+    }
+  }
   py::object forward = py::getattr(py::reinterpret_borrow<py::object>(
                                        reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))),
                                    "forward", py::none());
