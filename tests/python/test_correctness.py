@@ -265,20 +265,24 @@ def test_framejit_logging_never_traces_the_users_handlers():
     handler = KeepingHandler()
     logger = logging.getLogger("framejit")
     logger.addHandler(handler)
-    framejit.set_logs("graph_breaks", "graph_code", handler=False)
+    # The recompiles log is written from the region loop, where the hook is on.
+    framejit.set_logs("graph_breaks", "graph_code", "recompiles", handler=False)
     try:
-        def f(x):
-            y = x * 2
+        def f(x, k):
+            y = x * k
             if y.sum() > 0:
                 return y + 1
             return y - 1
 
+        compiled = framejit.compile(f, backend="eager")
         x = torch.ones(3)
-        assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x))
+        for k in (1, 2, 3):  # a new constant each call: recompiles
+            assert same(no_framejit_warnings(compiled, x, k), f(x, k))
     finally:
         framejit.set_logs()
         logger.removeHandler(handler)
     assert any("TRACED GRAPH" in r for r in handler.records)
+    assert any("Recompiling" in r for r in handler.records)
     assert regions(KeepingHandler.emit) == []  # it ran as plain Python
 
 
