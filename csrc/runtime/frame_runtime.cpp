@@ -159,6 +159,15 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
   return region;
 }
 
+// A compiled region turned into a fallback at its entry: CPython runs from `pc` for these guards.
+void fall_back(Region& region, int pc, std::string reason) {
+  region.kind = RegionKind::kFallback;
+  region.reason = std::move(reason);
+  region.compiled = py::none();
+  region.exit = RegionExit();
+  region.exit.pc = pc;
+}
+
 // Traces a region from `pc` with the state `fs` and compiles its graph. Returns nullptr with a
 // Python exception set only for fullgraph=True failures; other failures give a fallback region.
 // A compiled region's guards are evaluated once, here, on `fs`: `slots` holds the values they
@@ -252,12 +261,8 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->guards = tracer.entry().take_guards();
   if (!region->guards.check(region->sources, fs, slots)) {
     slots.clear();
-    region->kind = RegionKind::kFallback;
-    region->reason = "internal error: guards fail on the state they were traced from";
+    fall_back(*region, pc, "internal error: guards fail on the state they were traced from");
     warn("framejit: " + region->reason + " in " + code_location(code, code->co_firstlineno));
-    region->compiled = py::none();
-    region->exit = RegionExit();
-    region->exit.pc = pc;
     return region;
   }
   if (region->graph_ops == 0) return region;  // nothing for a backend
@@ -326,11 +331,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       return nullptr;
     }
     warn("framejit: " + reason + "; this part runs in plain Python");
-    region->kind = RegionKind::kFallback;
-    region->reason = std::move(reason);
-    region->compiled = py::none();
-    region->exit = RegionExit();
-    region->exit.pc = pc;
+    fall_back(*region, pc, std::move(reason));
   }
   return region;
 }

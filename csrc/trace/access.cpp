@@ -269,6 +269,17 @@ unsigned int type_version(PyTypeObject* type) {
   return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
 }
 
+// A guard that the instance dict `store` of `base` (its "__dict__", or an nn.Module's
+// "_parameters" / "_buffers" / "_modules"), read by source, holds `name` iff `present`. Nothing
+// when it has no such dict (slots: the class decides, and is guarded apart).
+void guard_instance_dict(Tracer& t, const ValuePtr& base, const std::string& store,
+                         const std::string& name, bool present) {
+  ValuePtr dict = t.entry().load(t.entry().sources().attr(base->source, store));
+  if (dict && dict->source >= 0 && PyDict_Check(dict->obj.ptr())) {
+    t.entry().guard_dict_contains(dict->source, py::str(name).ptr(), present);
+  }
+}
+
 }  // namespace
 
 void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
@@ -282,19 +293,10 @@ void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name
   auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
   if (same_object) {
     entry_.guard_class_attribute_is(cls->source, type, py::str(name).ptr());
-    if (cls != base && base->source >= 0) {
+    if (cls != base && base->source >= 0 && Py_TYPE(base->obj.ptr())->tp_dictoffset != 0) {
       // Bound from the class because the instance has no attribute of that name: an instance
       // attribute set later (obj.meth = ..., module.forward = ...) shadows it.
-      PyObject* own = PyObject_GenericGetDict(base->obj.ptr(), nullptr);  // New or NULL
-      if (own == nullptr) {
-        PyErr_Clear();
-      } else {
-        Py_DECREF(own);
-        ValuePtr dict = entry_.load(entry_.sources().attr(base->source, "__dict__"));
-        if (dict && dict->source >= 0 && PyDict_CheckExact(dict->obj.ptr())) {
-          entry_.guard_dict_contains(dict->source, py::str(name).ptr(), false);
-        }
-      }
+      guard_instance_dict(*this, base, "__dict__", name, false);
     }
   } else {
     entry_.guard_class_attribute(cls->source, type, py::str(name).ptr(), present);
@@ -337,10 +339,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
                                   : PyRefs::get().support.attr("absent_attribute_stores")(base->obj);
       for (py::handle store : stores) {
         if (store.is_none()) continue;  // present on the class
-        ValuePtr dict = entry_.load(entry_.sources().attr(base->source, store.cast<std::string>()));
-        if (dict && dict->source >= 0 && PyDict_Check(dict->obj.ptr())) {
-          entry_.guard_dict_contains(dict->source, py::str(name).ptr(), present);
-        }
+        guard_instance_dict(*this, base, store.cast<std::string>(), name, present);
       }
       // The class must keep (or keep lacking) it too, where the instance dicts do not decide.
       if (!PyModule_Check(base->obj.ptr()) && how[1].is_none()) {

@@ -426,7 +426,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   // One cached classification per callable object decides the rest.
   const CallableKind kind = refs.classify(callable);
   if (kind == CallableKind::kGradModeManager && args.empty() && kwargs.empty()) {
-    return make_grad_mode_manager(*this, callable);
+    return make_grad_mode_manager(callable);
   }
   if (kind == CallableKind::kModuleListing) return module_listing(callable, args, kwargs);
   if (kind == CallableKind::kAttributeBuiltin) return attribute_builtin(callable, args, kwargs);
@@ -438,12 +438,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
-  if (kind == CallableKind::kInferenceMode) return inference_mode_call(*this, args, kwargs);
-  if (kind == CallableKind::kAutocast) return autocast_call(*this, args, kwargs);
+  if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
+  if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
   if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(*this, args);
   if (kind == CallableKind::kGradModeClone && args.empty() && kwargs.empty()) {
     // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
-    return make_grad_mode_manager(*this, py::type::handle_of(callable.attr("__self__")));
+    return make_grad_mode_manager(py::type::handle_of(callable.attr("__self__")));
   }
   if (kind == CallableKind::kGradModeWrapper) {
     // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():

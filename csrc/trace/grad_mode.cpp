@@ -78,8 +78,7 @@ void enter_inference_mode(Tracer& t, const ValuePtr& manager) {
 
 }  // namespace
 
-ValuePtr make_grad_mode_manager(Tracer& t, py::handle cls) {
-  (void)t;
+ValuePtr make_grad_mode_manager(py::handle cls) {
   // no_grad() / enable_grad(): no effect until entered.
   return mode_value(ObjRole::kGradManager, py::reinterpret_borrow<py::object>(cls)());
 }
@@ -94,9 +93,7 @@ ValuePtr set_grad_enabled_call(Tracer& t, const std::vector<ValuePtr>& args) {
   return mode_value(ObjRole::kGradSet, py::make_tuple(py::bool_(prev), py::bool_(mode)));
 }
 
-ValuePtr inference_mode_call(Tracer& t, const std::vector<ValuePtr>& args,
-                             const KwValues& kwargs) {
-  (void)t;
+ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   ValuePtr mode = !args.empty()     ? args[0]
                   : !kwargs.empty() ? kwargs[0].second
                                     : Value::constant(py::bool_(true));
@@ -109,8 +106,7 @@ ValuePtr inference_mode_call(Tracer& t, const std::vector<ValuePtr>& args,
                     PyRefs::get().torch.attr("inference_mode")(mode->obj));
 }
 
-ValuePtr autocast_call(Tracer& t, const std::vector<ValuePtr>& args, const KwValues& kwargs) {
-  (void)t;
+ValuePtr autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   py::list real_args;
   py::dict real_kwargs;
   for (const auto& a : args) {

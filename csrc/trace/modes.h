@@ -12,12 +12,12 @@ namespace framejit {
 class Tracer;
 
 // torch.no_grad() / torch.enable_grad() (`cls`) made in the trace: no effect until entered.
-ValuePtr make_grad_mode_manager(Tracer& t, py::handle cls);
+ValuePtr make_grad_mode_manager(py::handle cls);
 // torch.set_grad_enabled(mode): switches at once (it is also a context manager).
 ValuePtr set_grad_enabled_call(Tracer& t, const std::vector<ValuePtr>& args);
 // torch.inference_mode(mode) and torch.autocast(...) with arguments known at trace time.
-ValuePtr inference_mode_call(Tracer& t, const std::vector<ValuePtr>& args, const KwValues& kwargs);
-ValuePtr autocast_call(Tracer& t, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+ValuePtr autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
 // BEFORE_WITH on a mode manager of the trace: records the switch and pushes [__exit__, None].
 void enter_with(Tracer& t, const ValuePtr& manager);
 // The __exit__ of such a block called (with no exception).

@@ -82,8 +82,6 @@ class Tracer {
   SideEffects& side_effects() { return effects_; }
   ModeStack& modes() { return modes_; }
   RegionExit& exit() { return exits_.exit(); }
-  TraceHost& host() { return host_; }
-  const TraceSite& site() const { return site_; }
   bool may_inline(const CallSite& site) const { return !no_inline_ || !no_inline_->count(site); }
   const std::vector<bool>& entry_nulls() const { return entry_nulls_; }
   int instructions_traced() const { return steps_; }
@@ -91,7 +89,6 @@ class Tracer {
   // ---- the interpreter, for opcode handlers: they act on the innermost frame ----
   TraceFrame& frame() { return *frames_.back(); }
   bool inlined() const { return frames_.size() > 1; }
-  size_t depth() const { return frames_.size(); }
   const Instr& instr() const { return *site_.instr; }
   int entry_pc() const { return entry_pc_; }
   void push(ValuePtr value) { frame().stack.push_back(std::move(value)); }
@@ -99,8 +96,6 @@ class Tracer {
   std::vector<ValuePtr> pop_n(size_t n);
   ValuePtr& peek(size_t depth = 0);
   void jump(int target) { next_pc_ = target; }
-  // Enters a callee's frame (inlining); it returns through finish().
-  void push_frame(std::unique_ptr<TraceFrame> callee) { frames_.push_back(std::move(callee)); }
   // RETURN_VALUE: ends the region in the root frame, returns to the caller in an inlined one.
   void finish(const ValuePtr& value);
 
