@@ -76,6 +76,36 @@ std::unique_ptr<Bytecode> Bytecode::from_code(PyCodeObject* code) {
   }
   Py_DECREF(iter);
   for (Instr& instr : bc->instrs_) instr.line = unit_line[instr.offset];
+  // The exception table (3.11+): entries of four varints (start, length, target in code units;
+  // depth and lasti), 6 bits per byte, bit 6 set on every byte but an entry field's last.
+  PyObject* table = PyObject_GetAttrString(reinterpret_cast<PyObject*>(code), "co_exceptiontable");
+  if (table == nullptr || !PyBytes_Check(table)) {
+    Py_XDECREF(table);
+    PyErr_Clear();
+    throw InternalError("co_exceptiontable is not bytes");
+  }
+  const auto* bytes = reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table));
+  const size_t n = static_cast<size_t>(PyBytes_GET_SIZE(table));
+  size_t at = 0;
+  auto varint = [&](long& out) {
+    if (at >= n) return false;
+    uint8_t b = bytes[at++];
+    out = b & 63;
+    while ((b & 64) && at < n) {
+      b = bytes[at++];
+      out = (out << 6) | (b & 63);
+    }
+    return true;
+  };
+  long start = 0, length = 0, target = 0, depth_lasti = 0;
+  while (varint(start) && varint(length) && varint(target) && varint(depth_lasti)) {
+    for (long unit = start; unit < start + length && unit < bc->size_in_units(); ++unit) {
+      const int index = bc->index_at(static_cast<int>(unit));
+      // An instruction's range covers its EXTENDED_ARG prefixes and caches: keyed by its start.
+      if (index >= 0) bc->instrs_[index].handler = static_cast<int>(target);
+    }
+  }
+  Py_DECREF(table);
   return bc;
 }
 

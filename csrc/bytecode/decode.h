@@ -21,6 +21,7 @@ struct Instr {
   int next = 0;     // code unit of the following instruction, inline caches skipped
   int target = -1;  // code unit a jump goes to, -1 for non-jumps
   int line = -1;    // source line, -1 if none
+  int handler = -1;  // code unit of the exception handler covering it (exception table), -1 if none
 };
 
 class Bytecode {

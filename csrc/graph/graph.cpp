@@ -203,6 +203,37 @@ int Graph::num_calls() const {
   return count;
 }
 
+bool Graph::mutates_tensors() const {
+  for (const auto& node : nodes_) {
+    if (mutates_an_argument(*node)) return true;
+  }
+  return false;
+}
+
+bool returns_none_inplace(const std::string& target_text) {
+  return target_text == "operator.setitem";
+}
+
+bool is_inplace_operator(const std::string& target_text) {
+  static const char* kInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul",
+                                   "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor"};
+  for (const char* name : kInplace) {
+    if (target_text == std::string("operator.") + name) return true;
+  }
+  return false;
+}
+
+bool mutates_an_argument(const Node& node) {
+  if (node.kind != NodeKind::kCallFunction && node.kind != NodeKind::kCallMethod) return false;
+  const std::string& text = node.target_text;
+  if (!text.empty() && text.back() == '_') return true;  // add_, torch.relu_, __setitem__
+  if (is_inplace_operator(text) || returns_none_inplace(text)) return true;
+  for (const auto& kw : node.kwargs) {
+    if (kw.first == "out") return true;
+  }
+  return false;
+}
+
 void Graph::lint() const {
   std::unordered_set<const Node*> seen;
   std::unordered_set<std::string> names;

@@ -102,6 +102,9 @@ class Graph {
   std::vector<Node*> placeholders() const;
   Node* output() const;
   int num_calls() const;  // call_function + call_method nodes
+  // Whether any node may write into a tensor (an input's or one made in the graph): a graph that
+  // raised at run time can be run again as Python only if it wrote into no input.
+  bool mutates_tensors() const;
 
   const std::string& filename() const { return filename_; }
   const std::string& function_name() const { return function_name_; }
@@ -118,6 +121,14 @@ class Graph {
   std::unordered_set<std::string> used_names_;
   std::unordered_map<std::string, int> next_suffix_;  // per base name: the next _N to try
 };
+
+// Calls that mutate their first argument and return None (tensor[...] = value).
+bool returns_none_inplace(const std::string& target_text);
+// operator.iadd, operator.imul, ...: the augmented assignments.
+bool is_inplace_operator(const std::string& target_text);
+// Whether a call node may write into a tensor it was given: an in-place method or function
+// (`add_`, `torch.relu_`), an augmented assignment, an item write, an `out=` argument.
+bool mutates_an_argument(const Node& node);
 
 // Turns any text into a Python identifier in FX's style ("inputs['x']" -> "inputs_x_").
 std::string sanitize_name(const std::string& text);

@@ -169,6 +169,13 @@ void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& 
   dtype = static_cast<int8_t>(t.scalar_type());
 }
 
+int64_t tensor_version(PyObject* obj) {
+  if (!THPVariable_Check(obj)) return -1;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.is_inference()) return -1;  // inference tensors keep no version counter
+  return static_cast<int64_t>(t._version());
+}
+
 std::string device_text(PyObject* device) {
   if (!THPDevice_Check(device)) return {};
   return reinterpret_cast<THPDevice*>(device)->device.str();

@@ -63,6 +63,9 @@ struct MetaShape {
 MetaShape meta_shape_of(PyObject* obj);
 // A tensor's sizes and dtype code (c10::ScalarType), read without Python. Borrowed: obj.
 void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype);
+// A tensor's version counter (it counts the in-place writes into its storage, through any view);
+// -1 for what keeps none (an inference tensor, a non-tensor). Borrowed: obj.
+int64_t tensor_version(PyObject* obj);
 // "cpu", "cuda:0", ... for a torch.device; "" for anything else. Borrowed: device.
 std::string device_text(PyObject* device);
 // A new meta tensor with that metadata (New reference).

@@ -55,6 +55,13 @@ struct Region {
   RegionExit exit;
   int graph_id = -1;  // __compiled_fn_<id>, -1 when no graph went to the backend
   int graph_ops = 0;
+  // The graph may write into a tensor: when it raises, the frame can run the region again in
+  // plain Python only if no input's version counter moved (see run_graph).
+  bool graph_mutates = false;
+  // Raised at the region's entry, an exception would lose something eager keeps: the region
+  // writes attributes or globals, or spans a try block its entry is outside of.
+  bool raise_at_entry_loses = false;
+  bool raise_warned = false;  // told the user once that its graph raised after such a write
   std::string graph_text;
   std::string reason;  // kFallback: why, with the user's file:line
   bool warmed = false;  // compiled ahead of need by warm_branches

@@ -251,6 +251,8 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->exit = std::move(exit);
   region->inputs = tracer.entry().inputs();
   region->graph_ops = graph.num_calls();
+  region->graph_mutates = graph.mutates_tensors();
+  region->raise_at_entry_loses = tracer.crosses_handlers() || !region->exit.attr_writes.empty();
   region->compiled = py::none();
   for (const Arg& out : graph.output()->args[0].items) {
     region->output_metas.emplace_back(out.node->fake, py::str(out.node->metas.at(0).device));
@@ -337,8 +339,10 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
 }
 
 // Runs the region's graph on its inputs. Returns the outputs (New), Py_None for a region without
-// graph, or NULL with an exception set.
-PyObject* run_graph(Region& region, const SlotValues& slots) {
+// graph, or NULL with an exception set. `rerunnable`: the graph wrote into no input, so the frame
+// is still as at the region's entry and CPython could run the region's code instead.
+PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
+  rerunnable = true;
   if (region.graph_ops == 0) Py_RETURN_NONE;
   // Hot path: raw vectorcall, slot inputs borrowed, computed scalars owned until the call ends.
   constexpr size_t kInline = 16;
@@ -359,8 +363,15 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
       continue;
     }
     args[i] = input.build(nullptr, slots, memo);
-    if (args[i] == nullptr) return nullptr;
+    if (args[i] == nullptr) return nullptr;  // nothing ran yet
     owned.push_back(Ref::steal(args[i]));
+  }
+  // A graph that may write into tensors: its inputs' version counters, to tell after an error
+  // whether it wrote into one before raising.
+  std::vector<int64_t> versions;
+  if (region.graph_mutates) {
+    versions.resize(n);
+    for (size_t i = 0; i < n; ++i) versions[i] = tensor_version(args[i]);
   }
   PyObject* outputs;
   {
@@ -372,6 +383,10 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
     // region's entry, so the thread's grad mode must be the entry's again.
     restore_global_torch_state(region.guards.entry_state());
   }
+  for (size_t i = 0; i < versions.size() && rerunnable; ++i) {
+    // An inference tensor keeps no counter: a graph that may write into one is never rerun.
+    rerunnable = versions[i] == tensor_version(args[i]) && (versions[i] >= 0 || !is_tensor(args[i]));
+  }
   owned.clear();
   if (outputs != nullptr && !PyTuple_Check(outputs) && !PyList_Check(outputs)) {
     PyErr_Format(PyExc_TypeError,
@@ -382,46 +397,64 @@ PyObject* run_graph(Region& region, const SlotValues& slots) {
   return outputs;
 }
 
-// setattr for each attribute write of the region, in program order. False on error.
-bool replay_attr_writes(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
-                        MemoTable& memo) {
-  for (const RegionExit::AttrWrite& write : exit.attr_writes) {
-    PyObject* target = write.target.build(outputs, slots, memo);  // New
-    if (target == nullptr) return false;
-    PyObject* value = write.value.build(outputs, slots, memo);  // New
-    const int status = value ? PyObject_SetAttr(target, write.name.ptr(), value) : -1;
-    Py_DECREF(target);
-    Py_XDECREF(value);
-    if (status < 0) return false;
-  }
-  return true;
-}
-
-// Writes the exit's locals into the frame and replaces the value stack. False on error.
-bool write_exit_state(FrameRun& run, const RegionExit& exit, PyObject* outputs,
-                      const SlotValues& slots, MemoTable& memo) {
-  PyObject** localsplus = fj_frame_localsplus(run.frame);
+// Everything a region's exit hands to Python, built before any of it is applied: building runs
+// only the exit's own arithmetic, so an error there leaves the frame and every object as the
+// graph left them, and the region can still run again as Python.
+struct ExitValues {
+  std::vector<std::pair<Ref, Ref>> attrs;  // target, value: one per attribute write
   std::vector<std::pair<int, Ref>> locals;
   std::vector<Ref> stack;
-  // Build everything first: rebuilds read slots, never the frame, so order does not matter,
-  // but a failure must leave the frame as it was.
+  Ref result;  // kReturn
+};
+
+// False with an exception set on error.
+bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
+                       ExitValues& values) {
+  MemoTable memo(static_cast<size_t>(exit.memo_size));
+  for (const RegionExit::AttrWrite& write : exit.attr_writes) {
+    Ref target = Ref::steal(write.target.build(outputs, slots, memo));
+    if (!target) return false;
+    Ref value = Ref::steal(write.value.build(outputs, slots, memo));
+    if (!value) return false;
+    values.attrs.emplace_back(std::move(target), std::move(value));
+  }
+  if (exit.kind == ExitKind::kReturn) {
+    values.result = Ref::steal(exit.result.build(outputs, slots, memo));
+    return static_cast<bool>(values.result);
+  }
   for (const auto& [index, rebuild] : exit.locals) {
     Ref value = Ref::steal(rebuild.build(outputs, slots, memo));
     if (!value && rebuild.kind != Rebuild::Kind::kNull) return false;
-    locals.emplace_back(index, std::move(value));
+    values.locals.emplace_back(index, std::move(value));
   }
   for (const Rebuild& rebuild : exit.stack) {
     Ref value = Ref::steal(rebuild.build(outputs, slots, memo));
     if (!value && rebuild.kind != Rebuild::Kind::kNull) return false;
-    stack.push_back(std::move(value));
+    values.stack.push_back(std::move(value));
   }
-  for (auto& [index, value] : locals) {
+  return true;
+}
+
+// setattr for each attribute write of the region, in program order. False on error.
+bool apply_attr_writes(const RegionExit& exit, const ExitValues& values) {
+  for (size_t i = 0; i < values.attrs.size(); ++i) {
+    const auto& [target, value] = values.attrs[i];
+    if (PyObject_SetAttr(target.get(), exit.attr_writes[i].name.ptr(), value.get()) < 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Writes the exit's locals into the frame and replaces the value stack.
+void write_exit_state(FrameRun& run, ExitValues& values) {
+  PyObject** localsplus = fj_frame_localsplus(run.frame);
+  for (auto& [index, value] : values.locals) {
     PyObject* old = localsplus[index];
     localsplus[index] = value.release();  // the frame owns it now
     Py_XDECREF(old);
   }
-  run.stack.replace(std::move(stack));
-  return true;
+  run.stack.replace(std::move(values.stack));
 }
 
 Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int& tried) {
@@ -734,30 +767,57 @@ PyObject* run_frame(FrameRun& run) {
       slots.clear();
       return resume(run, run.pc, false);
     }
-    PyObject* outputs = run_graph(*region, slots);
-    if (outputs == nullptr) {
-      // The graph raised: report it at the region's first instruction, in the user's frame.
-      slots.clear();
-      return resume(run, run.bytecode->at(run.pc).offset, true);
-    }
+    bool rerunnable = false;
+    PyObject* outputs = run_graph(*region, slots, rerunnable);
     const RegionExit& exit = region->exit;
-    MemoTable memo(static_cast<size_t>(exit.memo_size));
-    if (!replay_attr_writes(exit, outputs, slots, memo)) {
-      // Reported like a graph error: at the region's first instruction, whose stack is the one
-      // the runtime still holds.
-      Py_DECREF(outputs);
+    ExitValues values;
+    if (outputs == nullptr || !build_exit_values(exit, outputs, slots, values)) {
+      Py_XDECREF(outputs);
       slots.clear();
+      if (rerunnable && !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        // The graph (or the exit's arithmetic on its numbers) raised, and nothing it did is
+        // visible: CPython runs the region's code from its first instruction, so the error
+        // comes from its own line, after the Python effects before it (applied only at the
+        // exit), and the frame's try/except around it catches it.
+        const std::string error = fetch_and_clear_error();
+        if (log_enabled(Artifact::graph_breaks)) {
+          log_emit(Artifact::graph_breaks,
+                   fmt::format("__compiled_fn_{} raised {}; its region runs again in plain "
+                               "Python from its first instruction: {}",
+                               region->graph_id, error,
+                               located(run.code, *run.bytecode, run.pc, "region start")));
+        }
+        return resume(run, run.pc, false);
+      }
+      // It wrote into an input before raising (BatchNorm's num_batches_tracked += 1 in
+      // training, an in-place op on an argument): running the region again would write twice.
+      // Raised at the region's first instruction; what the region did in Python before the
+      // failing op is not done, and the user is told so once per region.
+      if (region->raise_at_entry_loses && !region->raise_warned &&
+          !PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) {
+        region->raise_warned = true;
+        PyObject *type, *value, *tb;  // the graph's exception, put back after the warning
+        PyErr_Fetch(&type, &value, &tb);
+        const std::string error = safe_repr(value ? value : type);
+        warn(fmt::format("framejit: __compiled_fn_{} raised {} after writing into one of its "
+                         "input tensors, so its region cannot run again as Python: the "
+                         "exception comes from the region's first line, before the region's "
+                         "attribute writes and outside the try blocks it opens. {}",
+                         region->graph_id, error,
+                         located(run.code, *run.bytecode, run.pc, "The region starts")));
+        PyErr_Restore(type, value, tb);
+      }
       return resume(run, run.bytecode->at(run.pc).offset, true);
     }
-    if (exit.kind == ExitKind::kReturn) {
-      PyObject* result = exit.result.build(outputs, slots, memo);
-      Py_DECREF(outputs);
-      return result;
-    }
-    const bool written = write_exit_state(run, exit, outputs, slots, memo);
     Py_DECREF(outputs);
     slots.clear();
-    if (!written) return nullptr;
+    if (!apply_attr_writes(exit, values)) {
+      // A setter raised: reported like a graph error, at the region's first instruction, whose
+      // stack is the one the runtime still holds.
+      return resume(run, run.bytecode->at(run.pc).offset, true);
+    }
+    if (exit.kind == ExitKind::kReturn) return values.result.release();
+    write_exit_state(run, values);
     bool ok = true;
     switch (exit.kind) {
       case ExitKind::kDeopt:

@@ -142,6 +142,9 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
     }
     case VKind::kObject: {
       if (base->is(ObjRole::kNewObject)) return new_object_attr(base, name);
+      if (base->is(ObjRole::kDictView)) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a dict view", name);
+      }
       if (const ValuePtr* stored = effects_.pending(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
       if (is_stable_namespace(obj)) {

@@ -126,10 +126,9 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
   // Items made one by one as values: a range of more is not unrolled (its values would take
   // hundreds of megabytes before the trace ran out of steps anyway).
   constexpr size_t kMaxItems = size_t{1} << 16;
-  if (v->kind == VKind::kIter) {
-    const size_t n = v->iter_length();
-    if (n - v->index > kMaxItems) return false;
-    for (size_t i = v->index; i < n; ++i) out.push_back(v->iter_item(i));
+  if (v->kind == VKind::kIter) return v->rest(kMaxItems, out);
+  if (v->is(ObjRole::kDictView)) {
+    out = dict_view_items(*v);
     return true;
   }
   if (v->is_const() && PyRange_Check(v->obj.ptr()) &&
@@ -271,40 +270,58 @@ bool is_user_function(TraceHost& host, py::handle fn) {
 }
 
 
-// enumerate / zip / reversed over sequences the trace knows item by item: iterators to unroll.
-ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args) {
-  std::vector<std::vector<ValuePtr>> seqs;
-  for (const auto& a : args) {
-    std::vector<ValuePtr> items;
-    if (name == "enumerate" && &a != &args[0]) break;
-    if (!iterable_items(a, items)) return nullptr;
-    seqs.push_back(std::move(items));
+// enumerate / zip / reversed: iterators that read their arguments when they step, as Python's
+// do (a loop over enumerate(lst) sees what the body appends to lst).
+ValuePtr Tracer::iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args,
+                                  const KwValues& kwargs) {
+  try {
+    if (name == "enumerate" && (args.size() == 1 || args.size() == 2)) {
+      ValuePtr start = args.size() == 2 ? args[1] : nullptr;
+      if (kwargs.size() == 1 && kwargs[0].first == "start" && !start) {
+        start = kwargs[0].second;
+      } else if (!kwargs.empty()) {
+        return nullptr;
+      }
+      if (start && !(start->is_const() && PyLong_CheckExact(start->obj.ptr()))) return nullptr;
+      ValuePtr it = Value::iter({iterator_of(args[0])});
+      it->iter_form = IterForm::kEnumerate;
+      it->count = start ? start->obj.cast<int64_t>() : 0;
+      return it;
+    }
+    if (name == "zip" && kwargs.empty()) {  // zip(..., strict=True) is Python's to run
+      std::vector<ValuePtr> inners;
+      for (const ValuePtr& arg : args) inners.push_back(iterator_of(arg));
+      ValuePtr it = Value::iter(std::move(inners));
+      it->iter_form = IterForm::kZip;
+      return it;
+    }
+    if (name == "reversed" && args.size() == 1 && kwargs.empty()) {
+      const ValuePtr& seq = args[0];
+      if (seq->kind == VKind::kList) {
+        ValuePtr it = Value::iter({});
+        it->iter_form = IterForm::kReversed;
+        it->over = seq;
+        it->count = static_cast<int64_t>(seq->items.size()) - 1;
+        return it;
+      }
+      if (seq->is_const() && PyRange_Check(seq->obj.ptr())) {
+        ValuePtr it = Value::iter({});
+        it->iter_form = IterForm::kRange;
+        it->lazy_range = seq->obj[py::slice(py::none(), py::none(), py::int_(-1))];
+        return it;
+      }
+      std::vector<ValuePtr> items;
+      if (seq->kind == VKind::kTuple || seq->kind == VKind::kDict ||
+          (seq->is_const() && PyTuple_Check(seq->obj.ptr()))) {
+        ValuePtr forward = iterator_of(seq);
+        if (!forward->rest(size_t{1} << 16, items)) return nullptr;
+        std::reverse(items.begin(), items.end());
+        return Value::iter(std::move(items));
+      }
+    }
+  } catch (const Unsupported&) {
   }
-  std::vector<ValuePtr> out;
-  if (name == "enumerate") {
-    long start = 0;
-    if (args.size() == 2) {
-      if (!args[1]->is_const()) return nullptr;
-      start = args[1]->obj.cast<long>();
-    }
-    for (size_t i = 0; i < seqs[0].size(); ++i) {
-      out.push_back(Value::tuple({Value::constant(py::int_(start + static_cast<long>(i))),
-                                  seqs[0][i]}));
-    }
-  } else if (name == "zip") {
-    size_t n = seqs.empty() ? 0 : seqs[0].size();
-    for (const auto& seq : seqs) n = std::min(n, seq.size());
-    for (size_t i = 0; i < n; ++i) {
-      std::vector<ValuePtr> row;
-      for (const auto& seq : seqs) row.push_back(seq[i]);
-      out.push_back(Value::tuple(std::move(row)));
-    }
-  } else if (name == "reversed" && seqs.size() == 1) {
-    out.assign(seqs[0].rbegin(), seqs[0].rend());
-  } else {
-    return nullptr;
-  }
-  return Value::iter(std::move(out));
+  return nullptr;
 }
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
@@ -433,8 +450,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kNextBuiltin && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
       args[0]->kind == VKind::kIter) {
     // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())).
-    ValuePtr it = args[0];
-    if (it->index < it->iter_length()) return it->iter_item(it->index++);
+    if (ValuePtr item = args[0]->next()) return item;
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
@@ -480,6 +496,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
   }
+  if (kind == CallableKind::kBuiltin) {
+    const std::string name = callable_name(callable);
+    if (name == "enumerate" || name == "zip" || name == "reversed") {
+      if (ValuePtr it = iterator_builtin(name, args, kwargs)) return it;
+    }
+  }
   IteratorsConsumed consumed;
   if (kind == CallableKind::kBuiltin && consumes_iterables(callable_name(callable))) {
     // What these builtins iterate: an iterator unrolled at trace time (a generator expression's
@@ -496,24 +518,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         }
         consumed.push_back(arg);
         arg = Value::list(std::move(items));
+      } else if (arg->is(ObjRole::kDictView)) {
+        arg = Value::list(dict_view_items(*arg));
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kTensor && iterates_rows(callable_name(callable), arg, args)) {
         arg = tensor_rows(arg);
       }
     }
-    if (callable_name(callable) == "enumerate" && kwargs.size() == 1 && kwargs[0].first == "start" &&
-        args.size() == 1) {
-      args.push_back(kwargs[0].second);  // enumerate(xs, start=1)
-      kwargs.clear();
-    }
   }
   if (kind == CallableKind::kBuiltin && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);
-    if ((name == "enumerate" || name == "zip" || name == "reversed") && !args.empty()) {
-      if (ValuePtr it = iterator_builtin(name, args)) return it;
-    }
     if (name == "isinstance" && args.size() == 2) {
       if (py::object classes = class_info(args[1])) {
         const int result = PyObject_IsSubclass(type_of(args[0]).ptr(), classes.ptr());

@@ -78,7 +78,17 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   const ValuePtr& self = args[0];
   const size_t n = args.size() - 1;
   if ((name == "keys" || name == "values" || name == "items") && n == 0) {
-    return dict_view(self, name);
+    const bool sourced_dict = self->kind == VKind::kObject && self->source >= 0 &&
+                              PyDict_CheckExact(self->obj.ptr());
+    if (self->kind != VKind::kDict && !sourced_dict) return dict_view(self, name);  // ModuleDict
+    // A view object, as in Python: used later it shows the dict as it is then. `obj` is an
+    // empty view of the same type, for type() and `is`; nothing else reads it.
+    ValuePtr view = Value::object(py::dict().attr(name.c_str())());
+    view->role = ObjRole::kDictView;
+    view->method = name;
+    view->over = self;
+    if (sourced_dict) view->items = {dict_view(self, name)};
+    return view;
   }
   if (self->is_sequence() && (name == "index" || name == "count") && n == 1 &&
       args[1]->is_constant_tree() && all_constant_items(self)) {

@@ -20,6 +20,48 @@ Rebuild ExitBuilder::memoised(Rebuild r, const ValuePtr& value) {
   return r;
 }
 
+Rebuild ExitBuilder::iterator_rebuild(const ValuePtr& it) {
+  py::module_ builtins = py::module_::import("builtins");
+  auto items_iter = [&](size_t from) {  // iter((item, ...)) of the items it has left
+    Rebuild tuple;
+    tuple.kind = Rebuild::Kind::kTuple;
+    tuple.value = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
+    for (size_t i = from; !it->exhausted && i < it->items.size(); ++i) {
+      tuple.items.push_back(rebuild_of(it->items[i]));
+    }
+    return Rebuild::call(builtins.attr("iter"), {std::move(tuple)});
+  };
+  switch (it->iter_form) {
+    case IterForm::kItems:
+      return items_iter(it->index);
+    case IterForm::kOver: {
+      // A real iterator over the rebuilt list or dict, at the same position: later changes of
+      // the container are seen (or, for a dict that changes size, raise) as in Python.
+      if (it->exhausted) return items_iter(0);
+      const char* view = it->view == 'v' ? "values" : it->view == 'i' ? "items" : "keys";
+      return Rebuild::call(PyRefs::get().support.attr("iterator_at"),
+                           {rebuild_of(it->over), Rebuild::constant(py::int_(it->index)),
+                            Rebuild::constant(py::str(view))});
+    }
+    case IterForm::kRange: {  // iter(range[index:]): the rest of the range, still a range
+      py::object rest = it->lazy_range[py::slice(py::int_(it->index), py::none(), py::none())];
+      return Rebuild::call(builtins.attr("iter"), {Rebuild::constant(rest)});
+    }
+    case IterForm::kEnumerate:
+      return Rebuild::call(builtins.attr("enumerate"),
+                           {rebuild_of(it->items.at(0)), Rebuild::constant(py::int_(it->count))});
+    case IterForm::kZip: {
+      std::vector<Rebuild> inners;
+      for (const ValuePtr& inner : it->items) inners.push_back(rebuild_of(inner));
+      return Rebuild::call(builtins.attr("zip"), std::move(inners));
+    }
+    case IterForm::kReversed:
+      return Rebuild::call(PyRefs::get().support.attr("reversed_at"),
+                           {rebuild_of(it->over), Rebuild::constant(py::int_(it->count))});
+  }
+  throw InternalError("unknown iterator form at exit");
+}
+
 Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
   // A value that holds itself (through cells, containers) cannot be rebuilt from its parts.
   struct Depth {
@@ -94,6 +136,11 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       if (value->role == ObjRole::kGradExit) {  // the __exit__ of a block the region ends inside
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }
+      if (value->role == ObjRole::kDictView) {  // a real view of the rebuilt (or sourced) dict
+        py::object method = py::reinterpret_borrow<py::object>(
+            reinterpret_cast<PyObject*>(&PyDict_Type)).attr(value->method.c_str());
+        return Rebuild::call(method, {rebuild_of(value->over)});
+      }
       if (value->role == ObjRole::kSuper) {  // super() kept across the exit: super(cls, self)
         return Rebuild::call(py::module_::import("builtins").attr("super"),
                              {Rebuild::constant(value->obj), rebuild_of(value->bound_self)});
@@ -133,31 +180,8 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       for (const auto& item : value->items) args.push_back(rebuild_of(item));
       return Rebuild::call(value->fn, std::move(args));
     }
-    case VKind::kIter: {
-      if (value->over) {  // a real iterator over the rebuilt list or dict, at the same position
-        return memoised(Rebuild::call(PyRefs::get().support.attr("iterator_at"),
-                                      {rebuild_of(value->over),
-                                       Rebuild::constant(py::int_(value->index))}),
-                        value);
-      }
-      if (value->lazy_range) {  // iter(range[index:]): the rest of the range, still a range
-        py::object rest = value->lazy_range[py::slice(static_cast<Py_ssize_t>(value->index),
-                                                      value->iter_length(), 1)];
-        return memoised(Rebuild::call(py::module_::import("builtins").attr("iter"),
-                                      {Rebuild::constant(rest)}),
-                        value);
-      }
-      std::vector<Rebuild> rest;
-      for (size_t i = value->index; i < value->items.size(); ++i) {
-        rest.push_back(rebuild_of(value->items[i]));
-      }
-      Rebuild tuple;
-      tuple.kind = Rebuild::Kind::kTuple;
-      tuple.value = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyTuple_Type));
-      tuple.items = std::move(rest);
-      return memoised(Rebuild::call(py::module_::import("builtins").attr("iter"), {std::move(tuple)}),
-                      value);
-    }
+    case VKind::kIter:
+      return memoised(iterator_rebuild(value), value);
     case VKind::kTuple:
     case VKind::kList:
     case VKind::kDict:

@@ -28,6 +28,8 @@ class ExitBuilder {
 
  private:
   Rebuild memoised(Rebuild r, const ValuePtr& value);
+  // A real iterator in the state the trace left `it` in, of the type Python's would have.
+  Rebuild iterator_rebuild(const ValuePtr& it);
 
   static constexpr int kMaxDepth = 2000;
   int depth_ = 0;  // rebuild_of's nesting

@@ -243,6 +243,11 @@ void op_contains(Tracer& t, const Instr& i) {
   }
   const py::object key = needle->as_python();
   bool found = false;
+  if (container->is(ObjRole::kDictView) && container->method == "keys") {
+    container = container->over;  // `k in d.keys()` is `k in d`
+  } else if (container->is(ObjRole::kDictView)) {
+    container = Value::list(dict_view_items(*container));
+  }
   if (container->kind == VKind::kDict) {
     for (const auto& k : container->keys) found = found || k.equal(key);
   } else if (container->is_constant_tree()) {

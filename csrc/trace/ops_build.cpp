@@ -82,6 +82,13 @@ void op_list_extend(Tracer& t, const Instr& i) {
     for (py::handle item : items->obj) {
       list->items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
+  } else if (items->kind == VKind::kIter || items->is(ObjRole::kDictView)) {
+    std::vector<ValuePtr> rest;  // [*it], f(*d.values())
+    if (!iterable_items(items, rest)) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "list.extend with {}", items->describe());
+    }
+    if (items->kind == VKind::kIter) items->exhaust();
+    for (auto& item : rest) list->items.push_back(std::move(item));
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "list.extend with {}", items->describe());
   }

@@ -41,43 +41,9 @@ void op_jump_or_pop(Tracer& t, const Instr& i) {
 
 // iter(x) for sequences the trace knows element by element: the loop is unrolled.
 void op_get_iter(Tracer& t, const Instr&) {
-  ValuePtr seq = t.peek();
-  std::vector<ValuePtr> items;
-  if (seq->kind == VKind::kIter) return;
-  if (seq->kind == VKind::kList || seq->kind == VKind::kDict) {
-    // Iterated as it is at each step: the loop body may change it (lst.append, d[k] = v).
-    ValuePtr it = Value::iter({});
-    it->over = seq;
-    it->over_size = seq->items.size();
-    if (seq->kind == VKind::kDict) seq->iterated = true;
-    t.pop();
-    t.push(std::move(it));
-    return;
-  }
-  if (seq->is_sequence()) {
-    items = seq->items;
-  } else if (seq->kind == VKind::kDict) {
-    for (const auto& key : seq->keys) items.push_back(Value::constant(key));
-  } else if (seq->kind == VKind::kTensor) {
-    items = t.tensor_rows(seq)->items;
-  } else if (seq->kind == VKind::kObject && seq->source >= 0 && t.module_children(seq, items)) {
-    // ModuleList, Sequential, ParameterList: children read by source; ModuleDict: its keys.
-  } else if (seq->is_const() && PyRange_Check(seq->obj.ptr())) {
-    // Made one item at a time: a loop that breaks early never makes the rest.
-    ValuePtr it = Value::iter({});
-    it->lazy_range = seq->obj;
-    t.pop();
-    t.push(std::move(it));
-    return;
-  } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyUnicode_Check(seq->obj.ptr()))) {
-    for (py::handle item : seq->obj) {
-      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-    }
-  } else {
-    FJ_UNSUPPORTED(kUnsupportedValue, "iterating over {} is not traced yet", seq->describe());
-  }
+  ValuePtr it = t.iterator_of(t.peek());
   t.pop();
-  t.push(Value::iter(std::move(items)));
+  t.push(std::move(it));
 }
 
 void op_for_iter(Tracer& t, const Instr& i) {
@@ -85,8 +51,8 @@ void op_for_iter(Tracer& t, const Instr& i) {
   if (it->kind != VKind::kIter) {
     FJ_UNSUPPORTED(kUnsupportedValue, "next() of {} is not traced yet", it->describe());
   }
-  if (it->index < it->iter_length()) {
-    t.push(it->iter_item(it->index++));
+  if (ValuePtr item = it->next()) {
+    t.push(std::move(item));
     return;
   }
   t.pop();
@@ -99,6 +65,40 @@ void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pop
 }
 
 }  // namespace
+
+ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
+  if (seq->kind == VKind::kIter) return seq;
+  // Iterated as it is at each step: the loop body may change it (lst.append, d[k] = v).
+  if (seq->kind == VKind::kList || seq->kind == VKind::kDict) return Value::iter_over(seq);
+  if (seq->is(ObjRole::kDictView)) {
+    if (seq->over->kind == VKind::kDict) {
+      const char view = seq->method == "values" ? 'v' : seq->method == "items" ? 'i' : 'k';
+      return Value::iter_over(seq->over, view);
+    }
+    return Value::iter(dict_view_items(*seq));  // a sourced dict: changing it ends the region
+  }
+  std::vector<ValuePtr> items;
+  if (seq->is_sequence()) {
+    items = seq->items;
+  } else if (seq->kind == VKind::kTensor) {
+    items = tensor_rows(seq)->items;
+  } else if (seq->kind == VKind::kObject && seq->source >= 0 && module_children(seq, items)) {
+    // ModuleList, Sequential, ParameterList: children read by source; ModuleDict: its keys.
+  } else if (seq->is_const() && PyRange_Check(seq->obj.ptr())) {
+    // Made one item at a time: a loop that breaks early never makes the rest.
+    ValuePtr it = Value::iter({});
+    it->iter_form = IterForm::kRange;
+    it->lazy_range = seq->obj;
+    return it;
+  } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyUnicode_Check(seq->obj.ptr()))) {
+    for (py::handle item : seq->obj) {
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "iterating over {} is not traced yet", seq->describe());
+  }
+  return Value::iter(std::move(items));
+}
 
 void op_before_with(Tracer& t, const Instr&) { enter_with(t, t.pop()); }
 

@@ -148,20 +148,6 @@ py::object as_device(const ValuePtr& value) {
   return py::object();
 }
 
-// Calls that mutate their first argument and return None (tensor[...] = value).
-bool returns_none_inplace(const std::string& target_text) {
-  return target_text == "operator.setitem";
-}
-
-bool is_inplace_operator(const std::string& target_text) {
-  static const char* kInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul",
-                                   "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor"};
-  for (const char* name : kInplace) {
-    if (target_text == std::string("operator.") + name) return true;
-  }
-  return false;
-}
-
 // Tensors, and perhaps some Nones (F.multi_head_attention_forward's weights when not asked for).
 bool tensors_or_none(py::handle sequence) {
   bool any_tensor = false;

@@ -56,6 +56,7 @@ Tracer::Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode,
       recorder_(code, site_),
       entry_(frame, entry_pc, recorder_),
       sizes_(entry_, recorder_) {
+  entry_handler_ = bytecode.at(entry_pc).handler;
   auto root = std::make_unique<TraceFrame>();
   root->code = code;
   root->bytecode = &bytecode;
@@ -99,6 +100,7 @@ void Tracer::run() {
     TraceFrame* fr = frames_.back().get();
     const size_t depth = frames_.size();
     const Instr& ins = fr->bytecode->at(fr->pc);
+    if (depth > 1 ? ins.handler >= 0 : ins.handler != entry_handler_) crosses_handlers_ = true;
     site_.code = fr->code;
     site_.instr = &ins;
     site_.inlined = depth > 1;
@@ -300,6 +302,7 @@ bool Tracer::truthy(const ValuePtr& value) {
     case VKind::kDict:
       return !value->items.empty();
     case VKind::kObject:
+      if (value->is(ObjRole::kDictView)) return !dict_view_items(*value).empty();
       if (is_identity_object(value->obj.ptr())) return true;
       FJ_UNSUPPORTED(kDataDependent, "truth value of {}", value->describe());
     case VKind::kIter:

@@ -145,10 +145,23 @@ class Tracer {
   // (key, value read by source) of module.<store> (_modules, _parameters, _buffers).
   std::vector<std::pair<std::string, ValuePtr>> module_dict_items(const ValuePtr& module,
                                                                   const char* store);
+  // Whether an instruction the region traced is covered by another exception handler than its
+  // entry instruction (or, in an inlined callee, by any): an exception raised at the region's
+  // entry would then skip a try/except the failing op was inside.
+  bool crosses_handlers() const { return crosses_handlers_; }
   // list/tuple/dict methods answered or performed at trace time; nullptr when not handled.
   ValuePtr container_method(const std::string& name, const std::vector<ValuePtr>& args,
                             const KwValues& kwargs);
+  // The items of d.keys() / values() / items() as a list value, now (a sourced dict's keys are
+  // guarded); nullptr for what is no dict.
   ValuePtr dict_view(const ValuePtr& self, const std::string& name);
+  // iter(seq): an iterator value over what the trace knows item by item (GET_ITER, and the
+  // arguments of enumerate / zip); unsupported for anything else.
+  ValuePtr iterator_of(const ValuePtr& seq);
+  // enumerate / zip / reversed as iterators that read their arguments lazily; nullptr when not
+  // handled here.
+  ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args,
+                            const KwValues& kwargs);
   // super() in a method: binds to the traced first argument.
   ValuePtr zero_arg_super();
   // Cells (closure variables), and COPY_FREE_VARS.
@@ -207,6 +220,8 @@ class Tracer {
   int next_pc_ = 0;
   int steps_ = 0;
   bool finished_ = false;
+  int entry_handler_ = -1;         // the exception handler around the entry instruction
+  bool crosses_handlers_ = false;  // an instruction traced has another (or, inlined, any)
 };
 
 }  // namespace framejit

@@ -1,6 +1,9 @@
 // Abstract value constructors and descriptions.
 #include "trace/value.h"
 
+#include <algorithm>
+#include <unordered_map>
+
 #include "common/check.h"
 #include "graph/graph.h"
 
@@ -194,25 +197,129 @@ std::string Value::describe() const {
   }
 }
 
-size_t Value::iter_length() const {
-  if (over) {
-    if (over->kind == VKind::kDict && over->items.size() != over_size) {
-      FJ_UNSUPPORTED(kSideEffect, "a dict changed size while a loop iterates it");
-    }
-    return over->items.size();
-  }
-  if (!lazy_range) return items.size();
-  const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
-  if (n < 0) throw py::error_already_set();
-  return static_cast<size_t>(n);
+ValuePtr Value::iter_over(const ValuePtr& container, char view) {
+  ValuePtr it = Value::iter({});
+  it->iter_form = IterForm::kOver;
+  it->over = container;
+  it->view = view;
+  it->over_size = container->items.size();
+  if (container->kind == VKind::kDict) container->iterated = true;
+  return it;
 }
 
-ValuePtr Value::iter_item(size_t i) const {
-  if (over) return over->kind == VKind::kDict ? Value::constant(over->keys.at(i)) : over->items.at(i);
-  if (!lazy_range) return items.at(i);
-  PyObject* item = PySequence_GetItem(lazy_range.ptr(), static_cast<Py_ssize_t>(i));  // New
-  if (item == nullptr) throw py::error_already_set();
-  return Value::constant(py::reinterpret_steal<py::object>(item));
+namespace {
+
+// Entry i of a dict value as its view `view` yields it.
+ValuePtr dict_entry(const Value& dict, size_t i, char view) {
+  if (view == 'v') return dict.items.at(i);
+  ValuePtr key = Value::constant(dict.keys.at(i));
+  if (view == 'k') return key;
+  return Value::tuple({std::move(key), dict.items.at(i)});
+}
+
+// A copy of an iterator and of the iterators it reads (one copy per iterator however often it
+// is read: zip(it, it) stays one iterator read twice).
+ValuePtr copy_iterator(const ValuePtr& it, std::unordered_map<const Value*, ValuePtr>& copies) {
+  if (it->kind != VKind::kIter) return it;
+  auto found = copies.find(it.get());
+  if (found != copies.end()) return found->second;
+  auto copy = std::make_shared<Value>(*it);
+  copies[it.get()] = copy;
+  if (copy->iter_form == IterForm::kEnumerate || copy->iter_form == IterForm::kZip) {
+    for (ValuePtr& inner : copy->items) inner = copy_iterator(inner, copies);
+  }
+  return copy;
+}
+
+}  // namespace
+
+std::vector<ValuePtr> dict_view_items(const Value& view) {
+  if (view.over->kind != VKind::kDict) return view.items.at(0)->items;  // a sourced dict's snapshot
+  const char mode = view.method == "values" ? 'v' : view.method == "items" ? 'i' : 'k';
+  std::vector<ValuePtr> out;
+  for (size_t i = 0; i < view.over->keys.size(); ++i) out.push_back(dict_entry(*view.over, i, mode));
+  return out;
+}
+
+ValuePtr Value::next() {
+  if (exhausted) return nullptr;
+  ValuePtr out;
+  switch (iter_form) {
+    case IterForm::kItems:
+      if (index < items.size()) out = items[index++];
+      break;
+    case IterForm::kOver:
+      if (over->kind == VKind::kDict) {
+        if (over->items.size() != over_size) {
+          FJ_UNSUPPORTED(kSideEffect, "a dict changed size while a loop iterates it");
+        }
+        if (index < over->keys.size()) out = dict_entry(*over, index++, view);
+      } else if (index < over->items.size()) {
+        out = over->items[index++];
+      }
+      break;
+    case IterForm::kRange: {
+      const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
+      if (n < 0) throw py::error_already_set();
+      if (index < static_cast<size_t>(n)) {
+        PyObject* item = PySequence_GetItem(lazy_range.ptr(), static_cast<Py_ssize_t>(index++));
+        if (item == nullptr) throw py::error_already_set();  // New
+        out = Value::constant(py::reinterpret_steal<py::object>(item));
+      }
+      break;
+    }
+    case IterForm::kEnumerate:
+      if (ValuePtr item = items.at(0)->next()) {
+        out = Value::tuple({Value::constant(py::int_(count++)), std::move(item)});
+      }
+      break;
+    case IterForm::kZip: {
+      std::vector<ValuePtr> row;
+      for (const ValuePtr& inner : items) {
+        ValuePtr item = inner->next();
+        if (!item) break;
+        row.push_back(std::move(item));
+      }
+      if (!items.empty() && row.size() == items.size()) out = Value::tuple(std::move(row));
+      break;
+    }
+    case IterForm::kReversed:
+      if (count >= 0 && static_cast<size_t>(count) < over->items.size()) out = over->items[count--];
+      break;
+  }
+  if (!out) exhausted = true;
+  return out;
+}
+
+bool Value::rest(size_t max, std::vector<ValuePtr>& out) const {
+  if (iter_form == IterForm::kRange && !exhausted) {
+    const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
+    if (n < 0) throw py::error_already_set();
+    if (static_cast<size_t>(n) - std::min(index, static_cast<size_t>(n)) > max) return false;
+  }
+  std::unordered_map<const Value*, ValuePtr> copies;
+  auto copy = std::make_shared<Value>(*this);
+  copies[this] = copy;
+  if (copy->iter_form == IterForm::kEnumerate || copy->iter_form == IterForm::kZip) {
+    for (ValuePtr& inner : copy->items) inner = copy_iterator(inner, copies);
+  }
+  while (ValuePtr item = copy->next()) {
+    if (out.size() == max) return false;
+    out.push_back(std::move(item));
+  }
+  return true;
+}
+
+void Value::exhaust() {
+  if (iter_form == IterForm::kRange && !exhausted) {
+    const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
+    if (n < 0) throw py::error_already_set();
+    index = std::max(index, static_cast<size_t>(n));
+    exhausted = true;
+    return;
+  }
+  while (next()) {
+  }
 }
 
 }  // namespace framejit

@@ -24,7 +24,7 @@ enum class VKind : uint8_t {
   kSymNum,  // a Python int/float whose value is not specialised: an entry value of a region that
             // starts mid-frame (e.g. the result of .item()), a tensor's size (sizes.cpp), or
             // arithmetic on such values
-  kIter,    // an iterator over `items` being unrolled; `index` items already consumed
+  kIter,    // an iterator being unrolled: `iter_form` says what it iterates
   kCell,    // a closure cell: `items` holds its content (empty: an empty cell); `source` set for a
             // cell that existed before the trace (read-only here)
 };
@@ -65,6 +65,20 @@ enum class ObjRole : uint8_t {
                       // device_type, dtype, enabled, cache_enabled as given (None where not, so
                       // defaults are read when the graph runs)
   kAutocastExit,      // its `with`'s __exit__: obj: the trace-time mode; node: the enter node
+  kDictView,          // d.keys() / d.values() / d.items(): method: which; over: the dict (a
+                      // kDict of the trace, read as it is whenever the view is used, or a dict
+                      // read by source: items holds its guarded snapshot, a list value)
+};
+
+// What a kIter iterates. Each form reads its containers when it steps, as CPython's iterators
+// do, so a loop body that changes the list or dict it iterates sees the change.
+enum class IterForm : uint8_t {
+  kItems,      // `items`, fixed when it was made (a tuple, a tensor's rows, a generator's yields)
+  kOver,       // the list or dict `over` (dict: `view` says keys, values or items)
+  kRange,      // `lazy_range`, made one item at a time: range(10**6) holds no million values
+  kEnumerate,  // (count, item) of the iterator items[0]; `count`: the next number
+  kZip,        // a tuple of one item from each iterator in `items`, until one is exhausted
+  kReversed,   // the list `over` from its end; `count`: the next index (-1: done)
 };
 
 struct Value {
@@ -81,13 +95,15 @@ struct Value {
   py::object globals;            // kObject kMadeFunction: the function's globals dict
   bool frozen = false;           // kCell: a copy of a real cell's content, never stored into
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
-  size_t index = 0;              // kIter: items consumed so far
-  py::object lazy_range;         // kIter over a range made one item at a time (not `items`):
-                                 // `for i in range(10**6)` holds no million values
-  ValuePtr over;                 // kIter over a list or dict value of the trace, read as it is
-                                 // at each step (not `items`): appends, pops and value updates
-                                 // made during the loop are seen, as in Python
-  size_t over_size = 0;          // kIter over a dict: its size when the loop started
+  IterForm iter_form = IterForm::kItems;  // kIter
+  size_t index = 0;              // kIter kItems / kOver / kRange: items consumed so far
+  int64_t count = 0;             // kIter kEnumerate / kReversed (see IterForm)
+  char view = 'k';               // kIter kOver a dict: 'k' keys, 'v' values, 'i' (key, value)
+  bool exhausted = false;        // kIter: it said stop once, and stays so (as CPython's do)
+  py::object lazy_range;         // kIter kRange
+  ValuePtr over;                 // kIter kOver / kReversed: the list or dict value of the
+                                 // trace; kObject kDictView: its dict
+  size_t over_size = 0;          // kIter kOver a dict: its size when the loop started
   bool iterated = false;         // kDict: a loop iterated it; a change of its size then ends
                                  // the region first, so the real iterator raises as in Python
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
@@ -107,6 +123,8 @@ struct Value {
   // A number computed as fn(*args) from other numbers, `value` its trace-time result.
   static ValuePtr sym_num(py::object fn, std::vector<ValuePtr> args, py::object value);
   static ValuePtr iter(std::vector<ValuePtr> items);
+  // An iterator over a list or dict value of the trace, read as it is at each step.
+  static ValuePtr iter_over(const ValuePtr& container, char view = 'k');
 
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }
@@ -124,11 +142,11 @@ struct Value {
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
   py::object as_python() const;
 
-  // kIter: how many items it yields in all, the one at position i (made now for a lazy range),
-  // and consuming the rest.
-  size_t iter_length() const;
-  ValuePtr iter_item(size_t i) const;
-  void exhaust() { index = iter_length(); }
+  // kIter: the next item (nullptr once exhausted); the items it has left, at most `max`, read
+  // on a copy so nothing is consumed (false if there are more than `max`); consuming the rest.
+  ValuePtr next();
+  bool rest(size_t max, std::vector<ValuePtr>& out) const;
+  void exhaust();
 
   // This container with fn applied to each item: itself if no item changed, else a copy (made
   // during the trace: no source). Values other than tuples, lists and dicts: itself.
@@ -138,5 +156,8 @@ struct Value {
   // "Tensor(f32[2, 3])", "Const(3)", "Object(<module 'torch'>)": for messages.
   std::string describe() const;
 };
+
+// The items a kDictView yields now.
+std::vector<ValuePtr> dict_view_items(const Value& view);
 
 }  // namespace framejit

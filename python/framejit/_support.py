@@ -495,11 +495,27 @@ def warn(message: str) -> None:
     warnings.warn(message, FramejitWarning, stacklevel=2)
 
 
-def iterator_at(container, position: int):
-    """A real iterator over container (a list or dict a region exit rebuilt) that has yielded
-    `position` items, as the loop the region traced had: later changes of the container are seen
-    (or, for a dict that changes size, raise) as in Python."""
-    it = iter(container)
+def iterator_at(container, position: int, view: str = "keys"):
+    """A real iterator over container (a list or dict a region exit rebuilt; for a dict, over its
+    keys, values or items) that has yielded `position` items, as the loop the region traced had:
+    later changes of the container are seen (or, for a dict that changes size, raise) as in
+    Python."""
+    if isinstance(container, list):
+        it = iter(container)
+        it.__setstate__(position)
+        return it
+    it = iter(container if view == "keys" else getattr(container, view)())
     for _ in range(position):
         next(it)
+    return it
+
+
+def reversed_at(container: list, next_index: int):
+    """reversed(container) whose next item is container[next_index] (-1: exhausted)."""
+    it = reversed(container)
+    if next_index < 0:
+        for _ in it:
+            pass
+    else:
+        it.__setstate__(next_index)
     return it

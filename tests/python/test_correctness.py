@@ -567,3 +567,181 @@ def test_a_loop_sees_its_list_or_dict_change_as_in_python():
     x = torch.ones(2)
     for f in (appends, pops, updates, grows):
         assert same(no_framejit_warnings(framejit.compile(f, backend="eager"), x), f(x)), f.__name__
+
+
+def _eager_and_compiled(f, *args, backend="eager"):
+    """f's result (or exception) eagerly and compiled, as comparable text."""
+    def run(fn):
+        try:
+            out = fn(*args)
+        except Exception as e:  # noqa: BLE001 - compared as text
+            return f"raised {type(e).__name__}: {e}"
+        if isinstance(out, (zip, enumerate, type(iter([])), type(reversed([])), type({}.keys()),
+                            type({}.values()), type({}.items()))):
+            return f"{type(out).__name__} {list(out)!r}"
+        return repr(out)
+    return run(f), run(framejit.compile(f, backend=backend))
+
+
+def test_enumerate_zip_and_reversed_see_their_list_change_during_the_loop():
+    def enumerate_appends(x):
+        items = [x, x + 1]
+        out = []
+        for i, v in enumerate(items, start=1):
+            out.append(v * i)
+            if len(items) < 4:
+                items.append(v + 10)
+        return out
+
+    def zip_appends(x):
+        items = [x, x + 1, x + 2]
+        out = []
+        for v, w in zip(items, [x, x, x, x, x]):
+            out.append(v * w)
+            if len(items) < 5:
+                items.append(v + 10)
+        return out
+
+    def zip_one_iterator_twice(x):
+        it = iter([x, x + 1, x + 2, x + 3, x + 4])
+        return [a - b for a, b in zip(it, it)], list(it)
+
+    def reversed_pops(x):
+        items = [x, x + 1, x + 2, x + 3]
+        out = []
+        for v in reversed(items):
+            out.append(v)
+            items.pop(0)
+        return out
+
+    def enumerate_dict_items_updated(x):
+        d = {"a": x, "b": x + 1, "c": x + 2}
+        out = []
+        for i, (k, v) in enumerate(d.items()):
+            out.append((i, k, v))
+            d["c"] = v * 100  # a value set ahead of the loop is read when it gets there
+        return out
+
+    def returned_iterators(x):
+        items = [x, x * 2, x * 3]
+        e = enumerate(items)
+        next(e)
+        z = zip(items, "abc")
+        return e, z
+
+    x = torch.ones(2)
+    for f in (enumerate_appends, zip_appends, zip_one_iterator_twice, reversed_pops,
+              enumerate_dict_items_updated):
+        eager, compiled = _eager_and_compiled(f, x)
+        assert eager == compiled, f.__name__
+    e, z = framejit.compile(returned_iterators, backend="eager")(x)
+    assert type(e) is enumerate and type(z) is zip  # zip came back as a tuple_iterator
+    ee, ez = returned_iterators(x)
+    assert repr(list(e)) == repr(list(ee)) and repr(list(z)) == repr(list(ez))
+
+
+def test_dict_views_show_the_dict_as_it_is_when_used():
+    def later_insertions(x):
+        d = {"a": x}
+        ks, vs, its = d.keys(), d.values(), d.items()
+        d["b"] = x + 1
+        return list(ks), list(vs), list(its), len(ks), "b" in ks, ("b" in d.keys())
+
+    def view_kept_across_a_graph_break(x):
+        d = {"a": x}
+        ks = d.keys()
+        print("break")  # the region ends here: ks goes to Python as a real view of d
+        d["b"] = x * 2
+        return sorted(ks), type(ks).__name__
+
+    def view_of_an_argument(d, x):
+        vs = d.values()
+        return type(vs).__name__, [v + x for v in vs], len(vs), bool(vs)
+
+    def view_unpacked(x):
+        d = {"a": x, "b": x * 2}
+        a, b = d.values()
+        return [*d.keys()], a + b
+
+    x = torch.ones(2)
+    for f in (later_insertions, view_kept_across_a_graph_break, view_unpacked):
+        eager, compiled = _eager_and_compiled(f, x)
+        assert eager == compiled, f.__name__
+    d = {"p": torch.ones(2), "q": torch.zeros(2)}
+    eager, compiled = _eager_and_compiled(view_of_an_argument, d, x)
+    assert eager == compiled
+
+
+def test_an_error_raised_in_a_graph_comes_from_its_own_line_after_the_writes_before_it():
+    # Found by the guard property test (bugs C and E): an op whose check only the real kernel
+    # makes (meta tensors accept both) raised from the compiled graph at the region's first
+    # line, skipping the function's try/except and the attribute writes made before it.
+    class Box:
+        pass
+
+    def write_then_raise(x, box):
+        y = x * 2
+        box.last = y
+        return y.double() @ torch.ones(4, 4)  # RuntimeError: mixed dtypes
+
+    def caught(x):
+        n = 0
+        try:
+            x.mul_(0.5)  # RuntimeError: Float can't be cast to Long
+        except RuntimeError:
+            n = n + 1
+        return x + n
+
+    counter = CompileCounter()
+    compiled = framejit.compile(write_then_raise, backend=counter)
+    for _ in range(2):
+        box = Box()
+        with pytest.raises(RuntimeError, match="same dtype") as info:
+            compiled(torch.ones(4), box)
+        assert hasattr(box, "last") and same(box.last, torch.ones(4) * 2)
+        # raised from the matmul's line, in the user's function (pytest counts lines from 0)
+        assert info.traceback[-1].lineno + 1 == write_then_raise.__code__.co_firstlineno + 3
+    assert counter.frame_count == 1  # compiled once; the second call reran the region as Python
+    ints = torch.ones(4, dtype=torch.int64)
+    assert same(no_framejit_warnings(framejit.compile(caught, backend="eager"), ints.clone()),
+                caught(ints.clone()))
+
+
+def test_a_graph_that_wrote_into_its_input_before_raising_is_not_run_twice():
+    def f(x, idx):
+        x.add_(1)  # written in place before the op that raises
+        return x[idx]  # IndexError-like RuntimeError on real data only
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.zeros(3)
+    compiled(x, torch.tensor([0]))
+    x = torch.zeros(3)
+    with pytest.raises((RuntimeError, IndexError)):
+        compiled(x, torch.tensor([7]))
+    ref = torch.zeros(3)
+    with pytest.raises((RuntimeError, IndexError)):
+        f(ref, torch.tensor([7]))
+    assert same(x, ref)  # incremented once, as in eager
+
+
+def test_a_graph_that_wrote_into_its_input_and_raised_says_what_it_could_not_do():
+    # A graph that wrote into an input (BatchNorm's num_batches_tracked += 1 in training) and
+    # then raised (mixed dtypes, found by the guard property test) cannot run again as Python:
+    # the attribute write before it is not done, and framejit says so once, naming the region.
+    class Box:
+        pass
+
+    bn = nn.BatchNorm1d(4)
+
+    def f(x, box):
+        box.last = x * 2
+        return bn(x)
+
+    compiled = framejit.compile(f, backend="eager")
+    compiled(torch.ones(3, 4), Box())
+    box = Box()
+    with pytest.warns(framejit.FramejitWarning, match=r"after writing into one of its input "
+                      r"tensors.*The region starts at \S*f \(.*test_correctness.py:\d+\)"):
+        with pytest.raises(RuntimeError):
+            compiled(torch.ones(3, 4, dtype=torch.float64), box)
+    assert bn.num_batches_tracked.item() == 2  # written once, as in eager
