@@ -182,6 +182,9 @@ PYBIND11_MODULE(_C, m) {
         "Regions of a function's code object: kind, graph, guards, hits.");
   m.def("graphs_compiled", &graphs_compiled);
   m.def("hook_installed", []() { return fj_hook_installed() != 0; });
+  m.def("_testing_eval_frame_probe", [](int action) { return fj_testing_probe(action); },
+        "Test probe: 1 installs a frame-counting eval-frame function, 2 removes it, 3 says "
+        "whether it is installed, 0 reads its count.");
   m.def(
       "decode_bytecode",
       [](py::handle fn) { return Bytecode::from_code(code_of(fn))->to_string(); },

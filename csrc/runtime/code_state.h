@@ -74,6 +74,9 @@ struct CodeState {
   std::unique_ptr<Bytecode> bytecode;
   std::vector<std::unique_ptr<Region>> regions;  // all, in the order they were made
   bool limit_warned = false;
+  // (pc, compile context) of the regions a thread is tracing or compiling now: another thread
+  // arriving there runs that part in plain Python meanwhile instead of compiling it again.
+  std::vector<std::pair<int, const CompileContext*>> compiling;
 
   // The regions that start at `pc`, oldest first: the lookup at each region entry reads only
   // these (one index, no hashing), so it does not grow with the regions elsewhere in the frame.

@@ -25,21 +25,59 @@ static PyObject* fj_eval_frame(PyThreadState* tstate, _PyInterpreterFrame* frame
 }
 
 static int g_installed = 0;
+/* The eval-frame function installed before framejit's (a profiler, a debugger, another compiler):
+ * frames framejit does not run itself go to it, and it is put back when framejit's hook comes
+ * off. NULL: CPython's own. */
+static _PyFrameEvalFunction g_previous = NULL;
 
 void fj_install_hook(void) {
-  _PyInterpreterState_SetEvalFrameFunc(PyThreadState_GET()->interp, &fj_eval_frame);
+  PyInterpreterState* interp = PyThreadState_GET()->interp;
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (current != &fj_eval_frame) {
+    g_previous = current == &_PyEval_EvalFrameDefault ? NULL : current;
+  }
+  _PyInterpreterState_SetEvalFrameFunc(interp, &fj_eval_frame);
   g_installed = 1;
 }
 
 void fj_uninstall_hook(void) {
-  _PyInterpreterState_SetEvalFrameFunc(PyThreadState_GET()->interp, &_PyEval_EvalFrameDefault);
+  PyInterpreterState* interp = PyThreadState_GET()->interp;
+  /* One installed over framejit's since stays where it is. */
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) == &fj_eval_frame) {
+    _PyInterpreterState_SetEvalFrameFunc(interp, g_previous ? g_previous : &_PyEval_EvalFrameDefault);
+  }
   g_installed = 0;
 }
 
 int fj_hook_installed(void) { return g_installed; }
 
 PyObject* fj_eval_default(PyThreadState* tstate, FjFrame* frame, int throwflag) {
+  if (g_previous != NULL) return g_previous(tstate, as_frame(frame), throwflag);
   return _PyEval_EvalFrameDefault(tstate, as_frame(frame), throwflag);
+}
+
+/* A test probe: an eval-frame function of its own that counts the frames it sees and passes them
+ * to CPython, to show that framejit chains to what was installed before it. */
+static long g_probe_frames = 0;
+
+static PyObject* probe_eval_frame(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag) {
+  ++g_probe_frames;
+  return _PyEval_EvalFrameDefault(tstate, frame, throwflag);
+}
+
+long fj_testing_probe(int action) {
+  PyInterpreterState* interp = PyThreadState_GET()->interp;
+  if (action == 1) {
+    g_probe_frames = 0;
+    _PyInterpreterState_SetEvalFrameFunc(interp, &probe_eval_frame);
+  } else if (action == 2) {
+    if (_PyInterpreterState_GetEvalFrameFunc(interp) == &probe_eval_frame) {
+      _PyInterpreterState_SetEvalFrameFunc(interp, &_PyEval_EvalFrameDefault);
+    }
+  } else if (action == 3) {
+    return _PyInterpreterState_GetEvalFrameFunc(interp) == &probe_eval_frame;
+  }
+  return g_probe_frames;
 }
 
 PyCodeObject* fj_frame_code(FjFrame* frame) { return as_frame(frame)->f_code; }

@@ -20,8 +20,13 @@ void fj_install_hook(void);
 void fj_uninstall_hook(void);
 int fj_hook_installed(void);
 
-/* Runs the frame in CPython's own evaluator. Returns a new reference or NULL. */
+/* Runs a frame framejit does not run itself: in the eval-frame function installed before
+ * framejit's (if any), else in CPython's own evaluator. Returns a new reference or NULL. */
 PyObject* fj_eval_default(PyThreadState* tstate, FjFrame* frame, int throwflag);
+
+/* Test probe of the chaining: 1 installs a counting eval-frame function (count reset), 2 removes
+ * it, 3 says whether it is installed, 0 reads the count of frames it saw. */
+long fj_testing_probe(int action);
 
 /* Frame accessors. All returned references are borrowed from the frame. */
 PyCodeObject* fj_frame_code(FjFrame* frame);

@@ -749,6 +749,20 @@ PyObject* run_frame(FrameRun& run) {
           break;
         }
       }
+      // Another thread compiles this region now (tracing and backends let the GIL go): this
+      // call runs it in plain Python rather than compile a duplicate.
+      const std::pair<int, const CompileContext*> key{run.pc, run.ctx.get()};
+      auto& compiling = state.compiling;
+      if (std::find(compiling.begin(), compiling.end(), key) != compiling.end()) {
+        slots.clear();
+        return resume(run, run.pc, false);
+      }
+      compiling.push_back(key);
+      struct Done {
+        std::vector<std::pair<int, const CompileContext*>>& list;
+        std::pair<int, const CompileContext*> key;
+        ~Done() { list.erase(std::find(list.begin(), list.end(), key)); }
+      } done{compiling, key};
       // Its guards were checked on this state as it was made: `slots` holds what they read.
       std::unique_ptr<Region> fresh = compile_region(run, run.pc, fs, /*warmed=*/false, slots);
       if (fresh == nullptr) {

@@ -254,14 +254,29 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
       try {
         result = call.fn(*py::tuple(meta_args), **factory_kwargs);
         explicit_device = refs.support.attr("default_device")();
-      } catch (const py::error_already_set&) {
+      } catch (const py::error_already_set& error) {
+        if (error.matches(PyExc_KeyboardInterrupt)) throw;
+        // A factory meta tensors cannot make (one reading a Python buffer): made for real
+        // (it has no tensor inputs), its metadata and device traced from what it made.
         result = call.fn(*py::tuple(meta_args), **meta_kwargs);
+        if (is_tensor(result.ptr())) {
+          explicit_device = result.attr("device");
+          PyObject* meta = meta_like(result.ptr());  // New
+          if (meta == nullptr) {
+            FJ_UNSUPPORTED(kMetaFailure, "{} made a tensor of a layout meta tensors lack",
+                           call.target_text);
+          }
+          result = py::reinterpret_steal<py::object>(meta);
+        }
       }
     } else {
       result = call.fn(*py::tuple(meta_args), **meta_kwargs);
     }
   } catch (py::error_already_set& error) {
     if (error.matches(PyExc_KeyboardInterrupt)) throw;  // the user's Ctrl-C, not a break
+    if (error.matches(refs.support.attr("InternalFault"))) {
+      throw InternalError(std::string("device inference: ") + error_summary(error));
+    }
     FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", call.target_text,
                    error_summary(error));
   }

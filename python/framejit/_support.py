@@ -197,6 +197,11 @@ def make_meta(t: torch.Tensor) -> torch.Tensor:
 _FAKE_MODE = None
 
 
+class InternalFault(Exception):
+    """A fault of framejit's own found by a helper the tracer calls: the tracer turns it into an
+    internal error (the region falls back to plain Python with one warning), never a break."""
+
+
 def autocast_meta(fn, method: str, args, kwargs, devices):
     """fn(*args, **kwargs), or args[0].<method>(*args[1:], **kwargs), on the metadata of meta
     tensors as their real devices run it under the current torch.autocast: each meta tensor
@@ -212,7 +217,9 @@ def autocast_meta(fn, method: str, args, kwargs, devices):
 
     def to_fake(a):
         if isinstance(a, torch.Tensor) and a.device.type == "meta":
-            return converter.from_meta_and_device(mode, a, devices.get(id(a), torch.device("cpu")))
+            if id(a) not in devices:  # guessing a device would trace autocast's wrong dtype
+                raise InternalFault(f"no real device known for an argument of {method or fn}")
+            return converter.from_meta_and_device(mode, a, devices[id(a)])
         return a
 
     def to_meta(t):

@@ -508,7 +508,7 @@ class Generator:
             ("comprehension", 2), ("try_zero", 2), ("try_index", 2), ("try_int", 1),
             ("assert", 1), ("early_return", 2), ("raise", 0.4), ("method", 2), ("bump", 1),
             ("mutate_input", 1), ("item_comprehension", 1.5), ("try_shape", 1),
-            ("del", 0.5), ("factory", 1.5),
+            ("del", 0.5), ("factory", 1.5), ("int_plus_tensor", 1),
         ]
         if nested_ok:
             weights += [("if", 8), ("for_range", 5), ("for_list", 4), ("while", 3),
@@ -552,7 +552,7 @@ class Generator:
             if al and name in self.scope.owned:
                 text = f"{text}.clone()"
             if self.chance(0.3) and kind != "S":
-                # an augmented assignment on a tensor (a tensor += tensor, never int += tensor)
+                # an augmented assignment on a tensor (st_int_plus_tensor makes int += tensor)
                 if self.chance(0.5):
                     other = self.fresh_arg(self.v_expr()[0])
                 else:
@@ -653,11 +653,13 @@ class Generator:
         self.scope.minlen[name] = len(items)
 
     def st_list_op(self):
-        lists = [n for n in self.scope.names("L") if n not in self.scope.iterating]
+        lists = self.scope.names("L")
         if not lists:
             return self.st_list_new()
         readonly = self.scope.readonly
         name = self.pick(lists)
+        if name in self.scope.iterating:
+            return self.mutate_iterated_list(name)
         roll = self.r.randrange(8)
         grow = 0
         if roll <= 2:
@@ -686,8 +688,36 @@ class Generator:
             grow = 1
         self.scope.minlen[name] = self.scope.minlen.get(name, 0) + grow
 
+    def mutate_iterated_list(self, name):
+        """A list a loop around here iterates: the loop sees the change (as in Python); growth
+        is bounded so the loop ends."""
+        roll = self.r.randrange(4)
+        if roll == 0:
+            self.emit(f"if len({name}) < 6:")
+            self.emit(f"    {name}.append({self.m_expr()[0]})")
+        elif roll == 1:
+            self.emit(f"if len({name}) > 1:")
+            self.emit(f"    {name}.pop({self.pick(['', '0'])})")
+        elif roll == 2:
+            self.emit(f"{name}[-1] = {self.m_expr()[0]}")
+        else:
+            self.emit(f"if len({name}) < 5:")
+            self.emit(f"    {name}.insert(0, {self.m_expr()[0]})")
+        self.scope.minlen[name] = min(self.scope.minlen.get(name, 0), 1)
+
     def st_dict(self):
-        dicts = [n for n in self.scope.names("D") if n not in self.scope.iterating]
+        dicts = self.scope.names("D")
+        iterated = [n for n in dicts if n in self.scope.iterating]
+        if iterated and self.chance(0.5):
+            # A dict a loop around here iterates: a value update is seen by the loop; a new key
+            # makes the loop raise RuntimeError (dictionary changed size), as in Python.
+            name = self.pick(iterated)
+            if self.chance(0.8):
+                self.emit(f'{name}["a"] = {name}["a"] * 2')
+            else:
+                self.emit(f'{name}["z"] = {self.m_expr()[0]}')
+            return
+        dicts = [n for n in dicts if n not in self.scope.iterating]
         if not dicts or self.chance(0.3):
             name = self.fresh("d")
             self.emit(f'{name} = {{"a": {self.m_expr()[0]}, "n": {self.i_expr()}}}')
@@ -837,8 +867,8 @@ class Generator:
 
         def setup():
             self.scope.readonly |= {n for n, k in self.scope.kinds.items()}
-            # KNOWN BUG (a container mutated while a for loop iterates it): the def may be
-            # called from inside a loop over any of the caller's lists; it never changes them.
+            # The def may be called from inside a loop over any of the caller's lists: it
+            # changes them only in the bounded ways st_list_op keeps for iterated lists.
             self.scope.iterating = {n for n, k in self.scope.kinds.items() if k in ("L", "D")}
             self.declare("v", "M")
             self.scope.readonly.discard("v")
@@ -872,7 +902,9 @@ class Generator:
             self.declare(a, "M")
             self.declare(b, "V")
             if lists:
-                self.scope.iterating.add(src)   # KNOWN BUG: no mutation of what is iterated
+                self.scope.iterating.add(src)   # changed only in bounded ways (st_list_op)
+                if self.chance(0.3):
+                    self.mutate_iterated_list(src)
         self.block(setup=setup)
         self.loops.pop()
 
@@ -929,6 +961,15 @@ class Generator:
         self.emit("except RuntimeError as e:")
         self.emit('    print("rt", e)')
         self.declare(t, "M")
+
+    def st_int_plus_tensor(self):
+        """`n = 0; n += tensor` (T5's relative position buckets): a number becomes a tensor."""
+        name = self.fresh("t")
+        self.emit(f"{name} = {self.pick(['0', '1.5', 'len(obj.log)'])}")
+        kind = self.pick(["M", "V"])
+        other = self.m_expr()[0] if kind == "M" else self.v_expr()[0]
+        self.emit(f"{name} {self.pick(['+=', '*=', '-='])} {other}")
+        self.declare(name, kind, owned=True)
 
     def st_del(self):
         names = [n for n, k in self.scope.kinds.items()
@@ -1049,9 +1090,18 @@ class Generator:
         lists = self.scope.names("L")
         if lists and self.chance(0.2):
             bound = f"len({self.pick(lists)})"
+        big = self.chance(0.1)
+        if big:  # a range far longer than the loop runs: it breaks at once
+            bound = self.pick(["10 ** 6", "10 ** 9"])
         self.emit(f"for {i} in range({bound}):")
         self.loops.append("for")
-        self.block(setup=lambda: self.declare(i, "i"))
+
+        def setup():
+            self.declare(i, "i")
+            if big:
+                self.emit(f"if {i} >= {self.r.randint(1, 3)}:")
+                self.emit("    break")
+        self.block(setup=setup)
         self.loops.pop()
         if self.chance(0.1):
             self.emit("else:")
@@ -1080,9 +1130,10 @@ class Generator:
             if j:
                 self.declare(j, "i")
             if src:
-                # KNOWN BUG (a container mutated while a for loop iterates it): the body never
-                # changes the list it iterates.
+                # changed only in bounded ways (st_list_op): the loop sees it, and ends
                 self.scope.iterating.add(src)
+                if self.chance(0.3):
+                    self.mutate_iterated_list(src)
         self.block(setup=setup)
         self.loops.pop()
 
@@ -1103,7 +1154,7 @@ class Generator:
         self.loops.append("for")
 
         def setup():
-            self.scope.iterating.add(d)   # KNOWN BUG: no mutation of the dict iterated
+            self.scope.iterating.add(d)   # value updates, or a new key that raises (st_dict)
             self.emit(f"print({k})")
         self.block(setup=setup)
         self.loops.pop()
@@ -1168,12 +1219,15 @@ class _Timeout(BaseException):
 
 def make_inputs(seed, variant):
     """x, y, obj for a call on fresh inputs: variant 0 for the first two calls, 1 for the third
-    (other values, another obj.count and obj.scale). Deterministic: a generator seeded by both."""
+    (other values, another obj.count and obj.scale), 2 for the fifth (y a view of x).
+    Deterministic: a generator seeded by both."""
     torch = sys.modules["torch"]
     g = torch.Generator().manual_seed(seed * 2 + variant)
     x = torch.randn(4, 4, generator=g)
     y = torch.randn(4, generator=g)
     obj = Obj()
+    if variant == 2:
+        y = x[1]  # aliasing: y is a view of x, so writing into one changes the other
     obj.count = variant
     obj.scale = 1.5 if variant == 0 else 0.75
     obj.t = torch.randn(4, generator=g)
@@ -1360,11 +1414,12 @@ def compare(eager, compiled):
 # reports are the internal ones.
 COMPILE_OPTIONS = {"recompile_limit": 64}
 
-# Each compiled function is called four times: twice on the same fresh inputs (the second call
+# Each compiled function is called five times: twice on the same fresh inputs (the second call
 # runs the cached regions), once on other fresh inputs (other branches through the cached
 # regions), and once more on what that call left (obj, the globals and the arguments as it
-# changed them: guards on state that changed between calls). (variant, go on from the last call)
-CALLS = ((0, False), (0, False), (1, False), (1, True))
+# changed them: guards on state that changed between calls), and once on fresh inputs where y is
+# a view of x (aliasing between arguments). (variant, go on from the last call)
+CALLS = ((0, False), (0, False), (1, False), (1, True), (2, False))
 
 
 def _run_calls(fn, module, seed, timeout, on_record=None):

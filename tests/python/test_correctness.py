@@ -745,3 +745,101 @@ def test_a_graph_that_wrote_into_its_input_and_raised_says_what_it_could_not_do(
         with pytest.raises(RuntimeError):
             compiled(torch.ones(3, 4, dtype=torch.float64), box)
     assert bn.num_batches_tracked.item() == 2  # written once, as in eager
+
+
+def test_the_frame_hook_chains_to_the_eval_frame_function_installed_before_it():
+    # A profiler, debugger or another compiler may have installed a PEP 523 function: the frames
+    # framejit does not run itself go to it, and it is back in place when framejit's hook is off.
+    import textwrap
+
+    from framejit import _C
+
+    def f(x):
+        s = textwrap.dedent("  ab")  # the standard library: framejit passes its frames on
+        return x * len(s)
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.ones(2)
+    compiled(x)
+    _C._testing_eval_frame_probe(1)
+    try:
+        before = _C._testing_eval_frame_probe(0)
+        assert same(compiled(x), f(x))
+        assert _C._testing_eval_frame_probe(0) - before >= 1  # dedent's frames reached the probe
+        assert _C._testing_eval_frame_probe(3)  # framejit's hook is off, and the probe is back
+        assert not framejit._C.hook_installed()
+    finally:
+        _C._testing_eval_frame_probe(2)
+
+
+def test_threads_calling_one_compiled_function_compile_each_region_once():
+    # 8 threads meeting a region no one compiled yet: one compiles it, the others run that part
+    # in plain Python meanwhile (9 graphs, and recompile_limit used up, before).
+    import threading
+
+    def f(x, y):
+        z = x * 2 + y
+        for _ in range(30):
+            z = z * 1.01 + y.sin()
+        if z.sum() > 0:
+            return z.relu()
+        return z - 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    start = threading.Barrier(8)
+    problems = []
+
+    def worker():
+        start.wait()
+        for _ in range(5):
+            x, y = torch.ones(4), torch.ones(4)
+            if not same(compiled(x, y), f(x, y)):
+                problems.append("result differs from eager")
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not problems
+    single = CompileCounter()
+    framejit.compile(f, backend=single)(torch.ones(4), torch.ones(4))
+    assert counter.frame_count == single.frame_count == 2
+
+
+def test_a_fault_in_device_inference_falls_back_with_one_warning(monkeypatch):
+    # Under autocast each op's dtype comes from a fake tensor on the argument's real device; a
+    # meta tensor whose device is unknown was silently taken to be on the CPU.
+    from framejit import _support
+
+    with pytest.raises(_support.InternalFault, match="no real device"):
+        _support.autocast_meta(torch.mm, "", [torch.ones(2, 2, device="meta")] * 2, {}, {})
+
+    def faulty(*args, **kwargs):
+        raise _support.InternalFault("injected")
+
+    monkeypatch.setattr(_support, "autocast_meta", faulty)
+
+    def f(x):
+        return torch.mm(x, x) + 1
+
+    x = torch.randn(3, 3)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with pytest.warns(framejit.FramejitWarning, match="internal error: device inference.*injected"):
+            out = framejit.compile(f, backend="eager")(x)
+        assert same(out, f(x))
+
+
+def test_a_factory_meta_tensors_cannot_make_is_traced_from_the_tensor_it_makes():
+    import numpy as np
+
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+    def f(x):
+        return torch.from_numpy(data) + x
+
+    counter = CompileCounter()
+    x = torch.ones(2, 3)
+    assert same(no_framejit_warnings(framejit.compile(f, backend=counter), x), f(x))
+    assert counter.frame_count == 1
