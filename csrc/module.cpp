@@ -175,7 +175,8 @@ PYBIND11_MODULE(_C, m) {
                         py::arg("uncacheable") = s.uncacheable);
       },
       "How traced torch calls got their meta results: hits, misses, uncacheable (counts).");
-  m.def("set_skip_rules", &set_skip_rules, py::arg("skip"), py::arg("allow"));
+  m.def("set_trace_rules", &set_trace_rules, py::arg("rules"),
+        "The trace policy: [(file-name prefix, traced?)]; the longest matching prefix decides.");
   m.def("allow_code", &allow_code, py::arg("code"));
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),

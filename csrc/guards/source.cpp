@@ -89,6 +89,16 @@ Source SourceTable::global_of(py::object globals, const std::string& name) {
   return s;
 }
 
+Source SourceTable::imported_module(const std::string& name) {
+  Source s;
+  s.kind = SourceKind::kGlobalOf;  // a name in a dict: sys.modules
+  s.key = py::str(name);
+  s.text = "sys.modules['" + name + "']";
+  s.name_hint = name;
+  s.owner = py::module_::import("sys").attr("modules");
+  return s;
+}
+
 Source SourceTable::closure(int index) {
   Source s;
   s.kind = SourceKind::kClosure;

@@ -85,6 +85,8 @@ class SourceTable {
   static Source global(const std::string& name);
   static Source stack(int index);
   static Source global_of(py::object globals, const std::string& name);
+  // sys.modules[name]: what `import name` gives once the module is imported.
+  static Source imported_module(const std::string& name);
   static Source closure(int index);
   static Source globals_dict();
   Source attr(int base, const std::string& name) const;

@@ -1,6 +1,7 @@
 // co_extra storage of CodeState, the registry used by reset(), and the skip rules.
 #include "runtime/code_state.h"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include <fmt/format.h>
@@ -83,9 +84,11 @@ void reset_skip_decisions() {
   for (CodeState* state : runtime_state().registry) state->decision = CodeState::Decision::kUnknown;
 }
 
-void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allow) {
-  runtime_state().skip_prefixes = std::move(skip);
-  runtime_state().allow_prefixes = std::move(allow);
+void set_trace_rules(std::vector<std::pair<std::string, bool>> rules) {
+  std::stable_sort(rules.begin(), rules.end(), [](const auto& a, const auto& b) {
+    return a.first.size() > b.first.size();
+  });
+  runtime_state().path_rules = std::move(rules);
   reset_skip_decisions();
 }
 
@@ -111,14 +114,11 @@ bool should_skip_code(PyCodeObject* code) {
   const std::string filename = name;
   if (filename.empty() || starts_with(filename, "<frozen")) return true;  // importlib & co.
   const RuntimeState& rs = runtime_state();
-  for (const auto& prefix : rs.allow_prefixes) {
-    if (starts_with(filename, prefix)) return false;
-  }
   for (const auto& known : rs.allow_codes) {
     if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
   }
-  for (const auto& prefix : rs.skip_prefixes) {
-    if (starts_with(filename, prefix)) return true;
+  for (const auto& [prefix, traced] : rs.path_rules) {
+    if (starts_with(filename, prefix)) return !traced;
   }
   return false;
 }

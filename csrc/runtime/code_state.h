@@ -110,8 +110,9 @@ void reset_all_code_states();
 // Forgets skip decisions only (after the skip rules change).
 void reset_skip_decisions();
 
-// Frame-skip rules: file-name prefixes never traced, and prefixes traced even so.
-void set_skip_rules(std::vector<std::string> skip, std::vector<std::string> allow);
+// The trace policy: (file-name prefix, whether its files are traced); the longest matching
+// prefix decides, a file none matches is traced.
+void set_trace_rules(std::vector<std::pair<std::string, bool>> rules);
 // One code object traced even if its file is skipped (held for the process's life).
 void allow_code(py::object code);
 bool should_skip_code(PyCodeObject* code);

@@ -18,8 +18,9 @@ struct CodeState;
 struct RuntimeState {
   Py_ssize_t extra_index = -1;               // the co_extra slot of CodeState
   std::unordered_set<CodeState*> registry;   // every live CodeState (framejit.reset())
-  std::vector<std::string> skip_prefixes;    // frame-skip rules: files never traced
-  std::vector<std::string> allow_prefixes;   // ... and files traced even so
+  // The trace policy: (file-name prefix, traced?), longest prefix first; the first that matches
+  // a code object's file decides; a file no rule matches is traced.
+  std::vector<std::pair<std::string, bool>> path_rules;
   // Code objects traced even where their file is skipped: the forward of a torch.nn module
   // compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
   std::vector<py::object> allow_codes;

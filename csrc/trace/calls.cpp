@@ -454,6 +454,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (args.size() == 2) return args[1];
     FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
   }
+  if (kind == CallableKind::kCompilingFlag && args.empty() && kwargs.empty()) {
+    return Value::constant(py::bool_(true));  // the library takes its compile-friendly path
+  }
   if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
   if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
   if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(*this, args);

@@ -21,7 +21,8 @@ namespace framejit {
   V(kGradModeWrapper, GRAD_MODE_WRAPPER)  /* that wrapper */                                 \
   V(kModuleListing, MODULE_LISTING)       /* Module.modules(), parameters(), ... */          \
   V(kAttributeBuiltin, ATTRIBUTE_BUILTIN) /* getattr, hasattr, setattr */                    \
-  V(kNextBuiltin, NEXT_BUILTIN)           /* next */
+  V(kNextBuiltin, NEXT_BUILTIN)           /* next */                                         \
+  V(kCompilingFlag, COMPILING_FLAG)       /* torch.compiler.is_compiling & co: True here */
 
 // How obj.name resolves without running user code (_support.resolve_attribute and friends).
 #define FJ_FOREACH_ATTR_KIND(V)                                                           \

@@ -32,6 +32,37 @@ void op_load_global(Tracer& t, const Instr& i) {
 
 void op_return_value(Tracer& t, const Instr&) { t.finish(t.pop()); }
 
+// `import a.b` / `from a import b` of a module already imported (`import torch` inside a
+// function): sys.modules' entry, read by source (guarded as a module is), without the import
+// machinery. A module not imported yet would run its import: the region ends before it.
+void op_import_name(Tracer& t, const Instr& i) {
+  ValuePtr fromlist = t.pop();
+  ValuePtr level = t.pop();
+  if (!level->is_const() || !PyLong_CheckExact(level->obj.ptr()) || !fromlist->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "import with a computed level or fromlist");
+  }
+  std::string name = t.co_name(i.arg);
+  const long dots = level->obj.cast<long>();
+  if (dots > 0) {
+    py::object package = t.frame_globals().attr("get")("__package__");
+    if (package.is_none()) FJ_UNSUPPORTED(kUnsupportedOpcode, "relative import outside a package");
+    name = py::module_::import("importlib.util")
+               .attr("resolve_name")(std::string(static_cast<size_t>(dots), '.') + name, package)
+               .cast<std::string>();
+  }
+  py::object modules = py::module_::import("sys").attr("modules");
+  if (!modules.contains(name)) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "import of '{}', which is not imported yet", name);
+  }
+  const bool from = !fromlist->as_python().is_none() && py::len(fromlist->as_python()) > 0;
+  const std::string bound = from ? name : name.substr(0, name.find('.'));
+  ValuePtr module = t.entry().load(SourceTable::imported_module(bound));
+  if (!module) FJ_UNSUPPORTED(kUnsupportedOpcode, "import of '{}'", bound);
+  t.push(std::move(module));
+}
+
+void op_import_from(Tracer& t, const Instr& i) { t.push(t.attr(t.peek(), t.co_name(i.arg))); }
+
 // Generator expressions (the only generators traced): RETURN_GENERATOR's result is popped at
 // once; each YIELD_VALUE records its value and receives None, as next() sends.
 void op_return_generator(Tracer& t, const Instr&) {
@@ -89,6 +120,8 @@ void register_stack_ops(HandlerTable& table) {
   set(Op::DELETE_FAST, op_delete_fast);
   set(Op::LOAD_CONST, op_load_const);
   set(Op::LOAD_GLOBAL, op_load_global);
+  set(Op::IMPORT_NAME, op_import_name);
+  set(Op::IMPORT_FROM, op_import_from);
   set(Op::RETURN_VALUE, op_return_value);
   set(Op::RETURN_GENERATOR, op_return_generator);
   set(Op::YIELD_VALUE, op_yield_value);

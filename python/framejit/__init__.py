@@ -14,6 +14,7 @@ _C._init(_support)
 
 from . import _logging, _skip, backends, config  # noqa: E402
 from ._compile import CompiledModule, compile, disable, reset  # noqa: E402
+from ._skip import skip_files, trace_files  # noqa: E402
 from ._explain import ExplainOutput, explain  # noqa: E402
 from ._logging import set_logs  # noqa: E402
 from .exc import FramejitWarning, Unsupported  # noqa: E402
@@ -25,7 +26,7 @@ if _os.environ.get("FRAMEJIT_INJECT_FAULT"):  # tests: site:n (framejit.testing.
     _C._inject_fault(_site, int(_n or 1))
 
 __all__ = [
-    "compile", "disable", "explain", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
+    "compile", "disable", "explain", "skip_files", "trace_files", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
     "FramejitWarning", "CompiledModule",
 ]
 __version__ = "0.1.0"

@@ -1,48 +1,131 @@
-"""Which files the frame hook leaves alone: torch, the standard library, site-packages and
-framejit itself (a compiled function living in site-packages is traced even so)."""
+"""The trace policy: which files the frame hook traces (and the tracer inlines).
+
+As torch.compile does: third-party packages (site-packages) are traced; the standard library is
+not (the parts the tracer models, such as functools.partial or dataclass-generated methods, are
+handled by the tracer itself); torch's own files are leaves, except the Python the tracer inlines
+by name (torch.nn modules and their helpers); framejit itself never. A few third-party packages
+that are C libraries behind thin Python wrappers, tooling or tracing machinery are leaves too
+(SKIPPED_PACKAGES). Users change the policy with framejit.skip_files / framejit.trace_files; the
+longest matching prefix decides."""
 import os
 import site
 import sysconfig
+import types
 
 import torch
 
 from . import _C
 
-_allowed = []
+# Third-party packages never traced: numerical C libraries with Python wrappers (their Python
+# layer only dispatches), test and tooling frameworks, and compiler machinery.
+SKIPPED_PACKAGES = (
+    "numpy", "scipy", "pandas", "sklearn", "PIL", "matplotlib", "sympy", "mpmath", "networkx",
+    "triton", "einops", "_pytest", "pytest", "pluggy", "tqdm", "IPython", "ipykernel", "jinja2",
+    "markupsafe", "filelock", "fsspec", "huggingface_hub", "safetensors", "tokenizers", "regex",
+    "yaml", "packaging", "setuptools", "pip", "psutil", "requests", "urllib3",
+    "typing_extensions.py", "six.py",
+)
+
+_allowed = []     # directories traced because a compiled function lives there
+_user_rules = []  # (prefix, traced) from skip_files / trace_files
+
+
+def _forms(path: str):
+    """The prefix as given and as its real path (a symlinked site-packages matches either)."""
+    forms = {path}
+    real = os.path.realpath(path.rstrip(os.sep) or path)
+    forms.add(os.path.join(real, "") if path.endswith(os.sep) else real)
+    return forms
 
 
 def _dir(path: str) -> str:
-    return os.path.join(os.path.realpath(path), "")
+    return os.path.join(path, "")
 
 
-def _skip_prefixes():
-    paths = {os.path.dirname(torch.__file__), os.path.dirname(__file__)}
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+def _site_dirs():
+    dirs = set()
+    for key in ("purelib", "platlib"):
         value = sysconfig.get_paths().get(key)
         if value:
-            paths.add(value)
+            dirs.add(value)
     for getter in (getattr(site, "getsitepackages", None), getattr(site, "getusersitepackages", None)):
         if getter is None:
             continue
         found = getter()
-        paths.update([found] if isinstance(found, str) else found)
-    prefixes = set()
-    for path in paths:
-        prefixes.add(os.path.join(path, ""))
-        prefixes.add(_dir(path))
-    return sorted(prefixes)
+        dirs.update([found] if isinstance(found, str) else found)
+    return {d for d in dirs if d}
 
 
-_SKIP = _skip_prefixes()
+def _rules():
+    rules = []
+
+    def add(path, traced):
+        for form in _forms(path):
+            rules.append((form, traced))
+
+    for key in ("stdlib", "platstdlib"):
+        value = sysconfig.get_paths().get(key)
+        if value:
+            add(_dir(value), False)
+    for site_dir in _site_dirs():
+        add(_dir(site_dir), True)
+        for name in SKIPPED_PACKAGES:
+            add(os.path.join(site_dir, name) if name.endswith(".py") else _dir(os.path.join(site_dir, name)), False)
+    add(_dir(os.path.dirname(torch.__file__)), False)
+    add(_dir(os.path.dirname(__file__)), False)
+    for path in _allowed:
+        add(path, True)
+    for path, traced in _user_rules:
+        add(path, traced)
+    return rules
 
 
 def apply() -> None:
-    _C.set_skip_rules(_SKIP, sorted(set(_allowed)))
+    _C.set_trace_rules(_rules())
+
+
+def _prefix_of(target) -> str:
+    if isinstance(target, types.ModuleType):
+        paths = getattr(target, "__path__", None)
+        if paths:  # a package: everything under its directory
+            return _dir(list(paths)[0])
+        if not getattr(target, "__file__", None):
+            raise ValueError(f"module {target.__name__} has no file")
+        return target.__file__
+    if isinstance(target, (str, os.PathLike)):
+        path = os.path.abspath(os.fspath(target))
+        return _dir(path) if os.path.isdir(path) else path
+    raise TypeError(f"expected a module or a path, got {type(target).__name__}")
+
+
+def skip_files(*targets) -> None:
+    """Never trace the files of these modules, packages or paths: calls into them from compiled
+    code run as plain Python (they end the graph)."""
+    for target in targets:
+        _user_rules.append((_prefix_of(target), False))
+    apply()
+
+
+def trace_files(*targets) -> None:
+    """Trace the files of these modules, packages or paths even where the policy skips them
+    (a package of SKIPPED_PACKAGES, the standard library)."""
+    for target in targets:
+        _user_rules.append((_prefix_of(target), True))
+    apply()
+
+
+def is_traced(filename: str) -> bool:
+    """Whether the policy traces code from this file (the longest matching prefix decides)."""
+    best = None
+    for prefix, traced in _rules():
+        if filename.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
+            best = (prefix, traced)
+    return True if best is None else best[1]
 
 
 def allow_file_of(fn) -> None:
-    """Trace fn's own file even if it lies under a skipped prefix (a package in site-packages);
-    for torch's own files (a torch.nn module compiled directly) only fn's code."""
+    """Trace fn's own file even if the policy skips it; for torch's own files (a torch.nn module
+    compiled directly) only fn's code."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None:
         return
@@ -50,7 +133,7 @@ def allow_file_of(fn) -> None:
     if filename.startswith(os.path.join(os.path.dirname(torch.__file__), "")):
         _C.allow_code(code)
         return
-    if any(filename.startswith(p) for p in _SKIP):
+    if not is_traced(filename):
         package_dir = os.path.join(os.path.dirname(filename), "")
         if package_dir not in _allowed:
             _allowed.append(package_dir)

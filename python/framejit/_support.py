@@ -90,6 +90,8 @@ def classify_callable(fn) -> CallableKind:
             return CallableKind.ATTRIBUTE_BUILTIN
         if fn is builtins.next:
             return CallableKind.NEXT_BUILTIN
+        if fn in _COMPILING_FLAGS:
+            return CallableKind.COMPILING_FLAG
         if fn in _NOT_OPS:
             return CallableKind.NOT_TRACED
         if fn in _QUERIES:
@@ -116,6 +118,21 @@ def classify_callable(fn) -> CallableKind:
     if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
         return CallableKind.TORCH_OP
     return CallableKind.NOT_TRACED
+
+
+# Questions libraries ask to take their compile-friendly paths: True while framejit traces, as under
+# torch.compile (torch.compiler.is_exporting stays False: framejit does not export).
+def _compiling_flags():
+    import torch._dynamo.external_utils
+    import torch._utils
+    flags = {torch.compiler.is_compiling, torch._dynamo.external_utils.is_compiling,
+             torch._utils.is_compiling}
+    if hasattr(torch.compiler, "is_dynamo_compiling"):
+        flags.add(torch.compiler.is_dynamo_compiling)
+    return flags
+
+
+_COMPILING_FLAGS = _compiling_flags()
 
 
 # nn.Module's generators over its tree (Module.modules, named_parameters, ...): answered at trace

@@ -265,6 +265,23 @@ def ex_enumerate(x):
     return out
 
 
+@example("ks = d.keys()")
+def ex_dict_view(x):
+    d = {"a": x}
+    ks = d.keys()
+    d["b"] = x * 2  # the view sees it
+    return [d[k] for k in ks], len(ks)
+
+
+@example("except RuntimeError:")
+def ex_raise_on_real_data(x):
+    try:
+        y = x.long().mul_(0.5)  # meta tensors accept it; the real kernel raises
+    except RuntimeError:
+        y = x + 1
+    return y * 2
+
+
 @example("while i < 4:")
 def ex_while(x):
     i = 0

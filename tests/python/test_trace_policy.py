@@ -1,0 +1,102 @@
+"""The trace policy (which files framejit traces) and what libraries ask of a compiler: third-party
+packages traced, the standard library and torch internals not, user rules, is_compiling(),
+imports inside functions (issue #16)."""
+import importlib
+import math
+import os
+import sys
+import sysconfig
+import textwrap
+
+import pytest
+import torch
+
+import framejit
+from framejit import _skip
+from framejit.testing import CompileCounter, regions, same
+
+
+def _site_packages():
+    return sysconfig.get_paths()["purelib"]
+
+
+def test_the_policy_traces_third_party_packages_and_leaves_the_rest():
+    site = _site_packages()
+    assert _skip.is_traced(os.path.join(site, "transformers", "models", "gpt2", "modeling_gpt2.py"))
+    assert _skip.is_traced(os.path.join(site, "some_new_library", "layers.py"))
+    assert not _skip.is_traced(os.path.join(site, "numpy", "_core", "fromnumeric.py"))
+    assert not _skip.is_traced(os.path.join(site, "typing_extensions.py"))
+    assert not _skip.is_traced(textwrap.__file__)  # the standard library
+    assert not _skip.is_traced(torch.nn.functional.__file__)  # torch: inlined by name only
+    assert not _skip.is_traced(framejit.__file__)
+    assert _skip.is_traced("/home/user/project/model.py")
+    assert _skip.is_traced("<string>")  # dataclass-generated methods
+
+
+@pytest.fixture
+def library(tmp_path, monkeypatch):
+    """A package on sys.path with a helper that has Python of its own."""
+    pkg = tmp_path / "fj_policy_lib"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        def scale(v):
+            out = v * 2
+            return out + 1
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fj_policy_lib")
+    yield module
+    sys.modules.pop("fj_policy_lib", None)
+    _skip._user_rules.clear()
+    _skip.apply()
+
+
+def test_skip_files_and_trace_files_change_what_is_inlined(library):
+    def f(x):
+        return library.scale(x).relu()
+
+    x = torch.randn(4)
+    counter = CompileCounter()
+    assert same(framejit.compile(f, backend=counter)(x), f(x))
+    assert counter.frame_count == 1 and counter.op_count == 3  # scale's ops inlined
+
+    framejit.skip_files(library)
+    framejit.reset()
+    counter = CompileCounter()
+    assert same(framejit.compile(f, backend=counter)(x), f(x))
+    assert counter.op_count < 3  # the call to scale ends the graph and runs as plain Python
+    assert regions(library.scale) == []
+
+    framejit.trace_files(library.__file__)  # a longer (more specific) rule wins
+    framejit.reset()
+    counter = CompileCounter()
+    assert same(framejit.compile(f, backend=counter)(x), f(x))
+    assert counter.frame_count == 1 and counter.op_count == 3
+
+
+def test_is_compiling_answers_true_while_traced_as_under_torch_compile():
+    def f(x):
+        if torch.compiler.is_compiling():  # libraries take their compile-friendly path
+            return x + 1
+        return x - 1
+
+    counter = CompileCounter()
+    x = torch.zeros(3)
+    assert same(framejit.compile(f, backend=counter)(x), x + 1)
+    assert same(f(x), x - 1)  # outside a compiled call it is False
+    assert counter.frame_count == 1
+    assert same(torch.compile(f, backend="eager")(x), x + 1)  # what torch.compile does
+
+
+def test_imports_inside_a_function_of_modules_already_imported_stay_in_the_graph():
+    def f(x):
+        import math as m
+        from torch.nn import functional as fn
+        import torch.nn
+        return fn.relu(x) * m.pi + torch.nn.functional.gelu(x)
+
+    counter = CompileCounter()
+    x = torch.randn(4)
+    assert same(framejit.compile(f, backend=counter)(x), f(x))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(f)] == ["return"]
