@@ -203,6 +203,13 @@ int Graph::num_calls() const {
   return count;
 }
 
+bool Graph::writes_without_version() const {
+  for (const auto& node : nodes_) {
+    if (::framejit::writes_without_version(*node)) return true;
+  }
+  return false;
+}
+
 bool Graph::mutates_tensors() const {
   for (const auto& node : nodes_) {
     if (mutates_an_argument(*node)) return true;
@@ -223,16 +230,64 @@ bool is_inplace_operator(const std::string& target_text) {
   return false;
 }
 
-bool mutates_an_argument(const Node& node) {
-  if (node.kind != NodeKind::kCallFunction && node.kind != NodeKind::kCallMethod) return false;
-  const std::string& text = node.target_text;
-  if (!text.empty() && text.back() == '_') return true;  // add_, torch.relu_, __setitem__
-  if (is_inplace_operator(text) || returns_none_inplace(text)) return true;
-  for (const auto& kw : node.kwargs) {
-    if (kw.first == "out") return true;
-  }
-  return false;
+namespace {
+
+bool is_true_const(const Arg& arg) {
+  return arg.kind == Arg::Kind::kConst && arg.value.ptr() == Py_True;
 }
+
+// Normalisations that update their running statistics in training: which of their positional
+// arguments those are. Their names do not say so, nor (on CPU and meta tensors) their version
+// counters.
+struct StatsUpdating {
+  const char* target;
+  int running_mean;  // positional index; the keyword is "running_mean" / "running_var"
+};
+constexpr StatsUpdating kStatsUpdating[] = {
+    {"torch.nn.functional.batch_norm", 1}, {"torch.batch_norm", 3},
+    {"torch.nn.functional.instance_norm", 1}, {"torch.instance_norm", 3},
+    {"torch.native_batch_norm", 3}};
+
+const StatsUpdating* stats_updating(const Node& node) {
+  for (const StatsUpdating& op : kStatsUpdating) {
+    if (node.target_text != op.target) continue;
+    for (const Arg& arg : node.args) {
+      if (is_true_const(arg)) return &op;  // a training / use_input_stats flag
+    }
+    for (const auto& kw : node.kwargs) {
+      if (is_true_const(kw.second)) return &op;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::vector<const Arg*> written_arguments(const Node& node) {
+  std::vector<const Arg*> out;
+  if (node.kind != NodeKind::kCallFunction && node.kind != NodeKind::kCallMethod) return out;
+  const std::string& text = node.target_text;
+  bool first = (!text.empty() && text.back() == '_') ||  // add_, torch.relu_, __setitem__
+               is_inplace_operator(text) || returns_none_inplace(text);
+  for (const auto& kw : node.kwargs) {
+    if (kw.first == "out") out.push_back(&kw.second);
+    if (kw.first == "inplace" && is_true_const(kw.second)) first = true;  // F.relu(x, inplace=True)
+  }
+  if (first && !node.args.empty()) out.push_back(&node.args[0]);
+  if (const StatsUpdating* op = stats_updating(node)) {
+    for (int i = op->running_mean; i < op->running_mean + 2 && i < static_cast<int>(node.args.size()); ++i) {
+      out.push_back(&node.args[i]);
+    }
+    for (const auto& kw : node.kwargs) {
+      if (kw.first == "running_mean" || kw.first == "running_var") out.push_back(&kw.second);
+    }
+  }
+  return out;
+}
+
+bool mutates_an_argument(const Node& node) { return !written_arguments(node).empty(); }
+
+bool writes_without_version(const Node& node) { return stats_updating(node) != nullptr; }
 
 void Graph::lint() const {
   std::unordered_set<const Node*> seen;

@@ -105,6 +105,8 @@ class Graph {
   // Whether any node may write into a tensor (an input's or one made in the graph): a graph that
   // raised at run time can be run again as Python only if it wrote into no input.
   bool mutates_tensors() const;
+  // Whether a node writes where version counters do not show it.
+  bool writes_without_version() const;
 
   const std::string& filename() const { return filename_; }
   const std::string& function_name() const { return function_name_; }
@@ -126,9 +128,13 @@ class Graph {
 bool returns_none_inplace(const std::string& target_text);
 // operator.iadd, operator.imul, ...: the augmented assignments.
 bool is_inplace_operator(const std::string& target_text);
-// Whether a call node may write into a tensor it was given: an in-place method or function
-// (`add_`, `torch.relu_`), an augmented assignment, an item write, an `out=` argument.
+// The arguments a call node may write into: self of an in-place method or function (`add_`,
+// `torch.relu_`, `inplace=True`), of an augmented assignment or an item write; `out=`; the
+// running statistics of a normalisation in training.
+std::vector<const Arg*> written_arguments(const Node& node);
 bool mutates_an_argument(const Node& node);
+// Whether it writes without moving the tensors' version counters (batch norm's statistics).
+bool writes_without_version(const Node& node);
 
 // Turns any text into a Python identifier in FX's style ("inputs['x']" -> "inputs_x_").
 std::string sanitize_name(const std::string& text);

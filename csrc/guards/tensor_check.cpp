@@ -170,10 +170,44 @@ void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& 
 }
 
 int64_t tensor_version(PyObject* obj) {
-  if (!THPVariable_Check(obj)) return -1;
+  try {
+    if (!THPVariable_Check(obj)) return -1;  // may ask isinstance, which may raise
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    return -1;
+  }
   const at::Tensor& t = THPVariable_Unpack(obj);
   if (t.is_inference()) return -1;  // inference tensors keep no version counter
-  return static_cast<int64_t>(t._version());
+  try {
+    return static_cast<int64_t>(t._version());
+  } catch (const c10::Error&) {
+    return -1;  // one made from an inference tensor (x.data = ...) has none either
+  }
+}
+
+PyObject* tensor_snapshot(PyObject* obj) {
+  try {
+    c10::NoGradGuard no_grad;
+    return THPVariable_Wrap(THPVariable_Unpack(obj).detach().clone());
+  } catch (const std::exception&) {
+    PyErr_Clear();
+    return nullptr;
+  }
+}
+
+bool tensor_restore(PyObject* obj, PyObject* snapshot) {
+  try {
+    c10::NoGradGuard no_grad;
+    at::Tensor dst = THPVariable_Unpack(obj);
+    dst.copy_(THPVariable_Unpack(snapshot));
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool tensor_requires_grad(PyObject* obj) {
+  return THPVariable_Check(obj) && THPVariable_Unpack(obj).requires_grad();
 }
 
 std::string device_text(PyObject* device) {

@@ -66,6 +66,11 @@ void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& 
 // A tensor's version counter (it counts the in-place writes into its storage, through any view);
 // -1 for what keeps none (an inference tensor, a non-tensor). Borrowed: obj.
 int64_t tensor_version(PyObject* obj);
+// A detached copy of a tensor's data (New; nullptr, no error set, if it cannot be made), and
+// writing it back into the tensor without autograd (false on failure). Borrowed: obj, snapshot.
+PyObject* tensor_snapshot(PyObject* obj);
+bool tensor_restore(PyObject* obj, PyObject* snapshot);
+bool tensor_requires_grad(PyObject* obj);
 // "cpu", "cuda:0", ... for a torch.device; "" for anything else. Borrowed: device.
 std::string device_text(PyObject* device);
 // A new meta tensor with that metadata (New reference).

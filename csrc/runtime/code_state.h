@@ -58,6 +58,8 @@ struct Region {
   // The graph may write into a tensor: when it raises, the frame can run the region again in
   // plain Python only if no input's version counter moved (see run_graph).
   bool graph_mutates = false;
+  std::vector<int> mutated_inputs;  // the inputs (by index) the graph writes into
+  bool unversioned_writes = false;  // some of them where version counters do not show it
   // Raised at the region's entry, an exception would lose something eager keeps: the region
   // writes attributes or globals, or spans a try block its entry is outside of.
   bool raise_at_entry_loses = false;

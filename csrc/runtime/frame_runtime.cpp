@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_set>
 
 #include "bytecode/version.h"
 #include "common/fault.h"
@@ -251,7 +252,25 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->exit = std::move(exit);
   region->inputs = tracer.entry().inputs();
   region->graph_ops = graph.num_calls();
-  region->graph_mutates = graph.mutates_tensors();
+  // The inputs the graph writes into: their placeholders' meta tensors (fresh, at version 0)
+  // had an op write into them, or into a view of them, while tracing.
+  // So are the placeholders passed directly to a node that may write into its arguments
+  // (F.batch_norm's running statistics: no counter moves on meta tensors).
+  const std::vector<Node*> placeholders = graph.placeholders();
+  std::unordered_set<const Node*> written;
+  for (const auto& node : graph.nodes()) {
+    for (const Arg* arg : written_arguments(*node)) {
+      if (arg->kind == Arg::Kind::kNode) written.insert(arg->node);
+    }
+  }
+  for (size_t i = 0; i < placeholders.size(); ++i) {
+    if ((placeholders[i]->fake && tensor_version(placeholders[i]->fake.ptr()) > 0) ||
+        written.count(placeholders[i])) {
+      region->mutated_inputs.push_back(static_cast<int>(i));
+    }
+  }
+  region->graph_mutates = graph.mutates_tensors() || !region->mutated_inputs.empty();
+  region->unversioned_writes = graph.writes_without_version();
   region->raise_at_entry_loses = tracer.crosses_handlers() || !region->exit.attr_writes.empty();
   region->compiled = py::none();
   for (const Arg& out : graph.output()->args[0].items) {
@@ -373,20 +392,59 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
     versions.resize(n);
     for (size_t i = 0; i < n; ++i) versions[i] = tensor_version(args[i]);
   }
+  // A region whose error, raised at its entry, would lose writes or skip a try block, and whose
+  // graph writes into inputs: a copy of those inputs, to put back if the graph raises, so the
+  // region can still run again as Python. Only inputs without autograd history can be put back.
+  std::vector<std::pair<PyObject*, Ref>> saved;
+  if (region.raise_at_entry_loses && !region.mutated_inputs.empty()) {
+    for (int i : region.mutated_inputs) {
+      if (tensor_requires_grad(args[i])) {
+        saved.clear();
+        break;
+      }
+      Ref copy = Ref::steal(tensor_snapshot(args[i]));
+      if (!copy) {
+        saved.clear();
+        break;
+      }
+      saved.emplace_back(args[i], std::move(copy));
+    }
+  }
   PyObject* outputs;
   {
     PauseScope pause;
     outputs = PyObject_Vectorcall(region.compiled.ptr(), args, n, nullptr);  // New
   }
+  // The graph's error waits while the inputs are examined (CPython calls must not run with an
+  // exception set); it is set again before returning.
+  PyObject *error_type = nullptr, *error_value = nullptr, *error_tb = nullptr;
   if (outputs == nullptr) {
     // A graph that raised inside a `with torch.no_grad()` it entered: the frame resumes at the
     // region's entry, so the thread's grad mode must be the entry's again.
     restore_global_torch_state(region.guards.entry_state());
+    PyErr_Fetch(&error_type, &error_value, &error_tb);
   }
+  // Writes no counter shows (batch norm's statistics) may have happened whatever they say.
+  rerunnable = !region.unversioned_writes;
   for (size_t i = 0; i < versions.size() && rerunnable; ++i) {
     // An inference tensor keeps no counter: a graph that may write into one is never rerun.
     rerunnable = versions[i] == tensor_version(args[i]) && (versions[i] >= 0 || !is_tensor(args[i]));
   }
+  if (outputs == nullptr && !rerunnable && !saved.empty() &&
+      !PyErr_GivenExceptionMatches(error_type, PyExc_KeyboardInterrupt)) {
+    // Put the written inputs back as they were: then nothing the graph did is visible, and
+    // CPython can run the region again. Every other input must be unwritten.
+    bool restored = true;
+    std::vector<bool> is_saved(n, false);
+    for (int i : region.mutated_inputs) is_saved[i] = true;
+    for (size_t i = 0; i < versions.size() && restored; ++i) {
+      if (is_saved[i]) continue;
+      restored = versions[i] == tensor_version(args[i]) && (versions[i] >= 0 || !is_tensor(args[i]));
+    }
+    for (auto& [input, copy] : saved) restored = restored && tensor_restore(input, copy.get());
+    rerunnable = restored;
+  }
+  if (outputs == nullptr) PyErr_Restore(error_type, error_value, error_tb);
   owned.clear();
   if (outputs != nullptr && !PyTuple_Check(outputs) && !PyList_Check(outputs)) {
     PyErr_Format(PyExc_TypeError,

@@ -109,7 +109,7 @@ ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self
   return method;
 }
 
-ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
+ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup how) {
   switch (base->kind) {
     case VKind::kTensor:
       return tensor_attr(base, name);
@@ -172,10 +172,41 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name) {
             name);
         // super().method: the parent's function, bound to the traced self.
         const auto kind = how[0].cast<AttrKind>();
+        if (kind == AttrKind::kObjectGetattribute) {  // inside a class's own __getattribute__
+          ValuePtr lookup = Value::object(py::reinterpret_borrow<py::object>(
+              reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
+          lookup->role = ObjRole::kGenericGetattr;
+          lookup->bound_self = base->bound_self;
+          return lookup;
+        }
         if (kind == AttrKind::kMissing) {
           FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
         }
         return bind_class_attribute(kind, how[1], base->bound_self);
+      }
+      if (how != AttrLookup::kGeneric && !base->is_special_object() && !base->bound_self &&
+          !PyType_Check(obj)) {
+        // A class with its own __getattribute__ (transformers' configs remap names through
+        // one): Python calls it for every read, so the trace inlines it (see op_load_attr).
+        static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
+        PyObject* hook = _PyType_Lookup(Py_TYPE(obj), kGetattribute);  // Borrowed
+        if (hook != nullptr && PyFunction_Check(hook)) {
+          if (how != AttrLookup::kInlinable) {
+            FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {}, read through its class's "
+                           "__getattribute__, here", name, base->describe());
+          }
+          if (base->source >= 0) guard_class_attribute(base, "__getattribute__", true, /*same_object=*/true);
+          ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(hook));
+          read->role = ObjRole::kAttrHook;
+          read->bound_self = base;
+          read->method = name;
+          return read;
+        }
+      }
+      if (name == "__dict__" && base->source >= 0 && !PyType_Check(obj) &&
+          PyObject_HasAttrString(obj, "__dict__")) {
+        ValuePtr state = entry_.load(entry_.sources().attr(base->source, "__dict__"));
+        if (state && PyDict_CheckExact(state->obj.ptr())) return state;  // the instance dict
       }
       AttrKind kind = AttrKind::kMissing;
       py::object found;

@@ -64,7 +64,14 @@ py::object call_python(py::handle fn, const std::vector<ValuePtr>& args, const K
   for (const auto& a : args) py_args.append(a->as_python());
   py::dict py_kwargs;
   for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
-  return fn(*py::tuple(py_args), **py_kwargs);
+  try {
+    return fn(*py::tuple(py_args), **py_kwargs);
+  } catch (py::error_already_set& error) {
+    if (error.matches(PyExc_KeyboardInterrupt)) throw;
+    // The program's own error ('abc'.startswith on bytes, int('x')): the region ends before
+    // the call, and CPython raises it there.
+    FJ_UNSUPPORTED(kUnsupportedCall, "{} raises {}", safe_repr(fn), error.what());
+  }
 }
 
 std::string callable_name(py::handle fn) {
@@ -345,6 +352,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->is(ObjRole::kGradManager) || fn->is(ObjRole::kGradSet) ||
       fn->is(ObjRole::kInferenceManager) || fn->is(ObjRole::kAutocastManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
+  }
+  if (fn->is(ObjRole::kGenericGetattr)) {  // super().__getattribute__(name)
+    const ValuePtr name = args.size() == 1 && kwargs.empty() ? sizes_.concretize(args[0]) : nullptr;
+    if (!name || !name->is_const() || !PyUnicode_CheckExact(name->obj.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "object.__getattribute__ with a name not known at trace time");
+    }
+    return attr(fn->bound_self, name->obj.cast<std::string>(), AttrLookup::kGeneric);
   }
   if (fn->is_special_object()) {
     const std::string& name = fn->method;

@@ -33,7 +33,8 @@ namespace framejit {
   V(kPlainFunction, PLAIN_FUNCTION)  /* a function read off a class itself */             \
   V(kStaticMethod, STATICMETHOD)     /* value: the function */                            \
   V(kClassMethod, CLASSMETHOD)       /* value: the function */                            \
-  V(kProperty, PROPERTY)             /* value: its getter */
+  V(kProperty, PROPERTY)             /* value: its getter */                              \
+  V(kObjectGetattribute, OBJECT_GETATTRIBUTE) /* object.__getattribute__ (super() of it) */
 
 // Whether hasattr(obj, name) holds, decided without running user code
 // (_support.attribute_presence).

@@ -54,6 +54,7 @@ void push_method(Tracer& t, const std::string& name) {
   if (attribute->is(ObjRole::kProperty)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "calling the value of property {}", name);
   }
+
   if (attribute->kind == VKind::kObject && attribute->bound_self &&
       PyFunction_Check(attribute->obj.ptr())) {
     // CPython's own layout for a Python method: [function, self].
@@ -72,7 +73,12 @@ void op_load_attr(Tracer& t, const Instr& i) {
     return;
   }
   ValuePtr base = t.pop();
-  ValuePtr attribute = t.attr(base, name);
+  ValuePtr attribute = t.attr(base, name, Tracer::AttrLookup::kInlinable);
+  if (attribute->is(ObjRole::kAttrHook)) {  // type(base).__getattribute__(base, name), inlined
+    t.inline_call(Value::object(attribute->obj), attribute->obj,
+                  {attribute->bound_self, Value::constant(py::str(attribute->method))}, {});
+    return;
+  }
   if (attribute->is(ObjRole::kProperty)) {  // the getter's result is what LOAD_ATTR pushes
     if (PyFunction_Check(attribute->obj.ptr())) {
       t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});

@@ -235,6 +235,14 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
   }
   ++(result ? meta_cache_stats().hits : cache_key.empty() ? meta_cache_stats().uncacheable
                                                           : meta_cache_stats().misses);
+  // An op that writes into an argument without saying so by its name (F.batch_norm's running
+  // statistics in training) bumps that meta tensor's version counter: it must run on meta
+  // tensors every time (never replayed from the memo), so the placeholders' counters tell
+  // which inputs a graph writes into (see compile_region).
+  std::vector<int64_t> versions_before;
+  if (!result && !cache_key.empty()) {
+    for (py::handle arg : meta_args) versions_before.push_back(tensor_version(arg.ptr()));
+  }
   if (!result) try {
     if (autocast) {
       result = refs.support.attr("autocast_meta")(
@@ -280,7 +288,11 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
     FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", call.target_text,
                    error_summary(error));
   }
-  if (!cache_key.empty()) remember_meta(cache_key, call.fn, result, meta_args);
+  bool wrote_an_argument = false;
+  for (size_t i = 0; i < versions_before.size() && !wrote_an_argument; ++i) {
+    wrote_an_argument = versions_before[i] != tensor_version(meta_args[i].ptr());
+  }
+  if (!cache_key.empty() && !wrote_an_argument) remember_meta(cache_key, call.fn, result, meta_args);
   return result;
 }
 

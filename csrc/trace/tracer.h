@@ -120,7 +120,12 @@ class Tracer {
 
   // ---- Python semantics over values (access.cpp, calls.cpp, inline.cpp, objects.cpp,
   // containers.cpp, torch_calls.cpp) ----
-  ValuePtr attr(const ValuePtr& base, const std::string& name);
+  // base.name. How a class's own __getattribute__ (in Python) is met: kValue: the read is
+  // unsupported (a break); kInlinable: a kAttrHook value comes back, for LOAD_ATTR to inline the
+  // call; kGeneric: looked up past it, as object.__getattribute__ does (super().__getattribute__
+  // inside that method).
+  enum class AttrLookup : uint8_t { kValue, kInlinable, kGeneric };
+  ValuePtr attr(const ValuePtr& base, const std::string& name, AttrLookup how = AttrLookup::kValue);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // obj.name = value on an object that existed before the region: recorded, read back by later
   // loads in the trace, and replayed at the exit.

@@ -51,6 +51,11 @@ enum class ObjRole : uint8_t {
   kNewObject,      // an instance of a plain user class created by the trace (`Point(x, y)`, a
                    // dataclass): obj: the class; keys / items: its instance attributes so far. A
                    // region exit that needs it builds a real one (_support.new_object)
+  kAttrHook,       // obj.name where type(obj) defines __getattribute__ in Python: obj: that
+                   // function; bound_self: the instance; method: the name (LOAD_ATTR inlines
+                   // the call)
+  kGenericGetattr, // super().__getattribute__ reaching object's: bound_self: the instance; a
+                   // call looks the name up as object.__getattribute__ does
   kSuper,          // made by super(): obj: the class whose parents are searched (__class__ of the
                    // method); bound_self: the method's first argument
   kGradManager,    // torch.no_grad() / enable_grad() made in the trace: obj: the real manager,

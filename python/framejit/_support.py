@@ -339,6 +339,8 @@ def attribute_presence(obj, name: str):
             return (Presence.PRESENT, None)
         hook = _class_attribute(type(obj), "__getattr__")
         return (Presence.UNKNOWN if hook is not _MISSING else Presence.ABSENT, None)
+    if isinstance(_class_attribute(type(obj), "__getattribute__"), types.FunctionType):
+        return (Presence.UNKNOWN, None)  # the class's own __getattribute__ decides
     store = _instance_store(obj, name)
     if store is not None:
         return (Presence.PRESENT, store)
@@ -381,6 +383,8 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
         return (AttrKind.MISSING, None)
     for cls in mro[start:]:
         if name in vars(cls):
+            if vars(cls)[name] is object.__getattribute__:
+                return (AttrKind.OBJECT_GETATTRIBUTE, None)
             kind = _class_level_kind(vars(cls)[name], None)
             return (AttrKind.MISSING, None) if kind[0] is AttrKind.CLASS_VALUE else kind
     return (AttrKind.MISSING, None)

@@ -1769,6 +1769,9 @@ class Results:
     def report(self, limit=6):
         lines = [f"{len(self.failures)} mismatching case(s), {len(self.crashes)} crash(es) "
                  f"in {self.stats['cases']} cases"]
+        if self.failures or self.crashes:
+            lines.append("seeds: " + " ".join(
+                f"{f['seed']}[{f['kind']}]" for f in self.crashes + self.failures))
         seen, shown = set(), 0
         for f in self.crashes + sorted(self.failures, key=lambda f: "(not shrunk)" in f["report"]):
             key = re.sub(r"seed -?\d+|mk_t\(\d+|\(\d{4,}\)|guard_case_\w+", "", f["report"])

@@ -725,26 +725,84 @@ def test_a_graph_that_wrote_into_its_input_before_raising_is_not_run_twice():
 
 
 def test_a_graph_that_wrote_into_its_input_and_raised_says_what_it_could_not_do():
-    # A graph that wrote into an input (BatchNorm's num_batches_tracked += 1 in training) and
-    # then raised (mixed dtypes, found by the guard property test) cannot run again as Python:
-    # the attribute write before it is not done, and framejit says so once, naming the region.
+    # A graph that wrote into an input with autograd history (an in-place op on a tensor that
+    # requires grad) and then raised cannot run again as Python, nor be put back: the attribute
+    # write before it is not done, and framejit says so once, naming the region.
     class Box:
         pass
 
-    bn = nn.BatchNorm1d(4)
-
-    def f(x, box):
-        box.last = x * 2
-        return bn(x)
+    def f(h, box):
+        box.last = 1
+        h.mul_(2)
+        return h @ torch.ones(4, 4, dtype=torch.float64)  # mixed dtypes: raises
 
     compiled = framejit.compile(f, backend="eager")
-    compiled(torch.ones(3, 4), Box())
+    leaf = torch.ones(3, 4, requires_grad=True)
     box = Box()
     with pytest.warns(framejit.FramejitWarning, match=r"after writing into one of its input "
                       r"tensors.*The region starts at \S*f \(.*test_correctness.py:\d+\)"):
         with pytest.raises(RuntimeError):
-            compiled(torch.ones(3, 4, dtype=torch.float64), box)
-    assert bn.num_batches_tracked.item() == 2  # written once, as in eager
+            compiled(leaf * 1, box)
+
+
+def test_batch_norm_raising_inside_try_is_caught_with_its_counter_written_once():
+    # Found by the long guard property run: BatchNorm in training (num_batches_tracked += 1,
+    # then the mixed-dtype error) inside try/except. The graph wrote into its inputs, so it
+    # could not simply run again: the written inputs are now put back first.
+    bn = nn.BatchNorm1d(4)
+    seen = []
+
+    def f(x):
+        n = 0
+        try:
+            x = bn(x)
+        except RuntimeError:
+            n = n + 1000
+        seen.append(n)  # a write after the try: the region spans the try block
+        return x * 2, n
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.ones(3, 4, dtype=torch.float64)
+    out, n = compiled(x)
+    assert n == 1000 and same(out, x * 2) and seen == [1000]
+    assert bn.num_batches_tracked.item() == 1  # as in eager: written once, before the error
+
+
+def test_an_op_writing_into_an_argument_without_an_underscore_is_seen_as_a_write():
+    # F.batch_norm in training updates running_mean/var in place; its name does not say so.
+    # A later op raising must not run the region again with the statistics already updated.
+    mean, var = torch.zeros(4), torch.ones(4)
+
+    def f(x, w):
+        y = torch.nn.functional.batch_norm(x, mean, var, training=True, momentum=0.5)
+        return y @ w  # raises: mixed dtypes
+
+    compiled = framejit.compile(f, backend="eager")
+    x = torch.randn(8, 4)
+    with pytest.raises(RuntimeError):
+        compiled(x, torch.ones(4, 4, dtype=torch.float64))
+    ref_mean, ref_var = torch.zeros(4), torch.ones(4)
+    torch.nn.functional.batch_norm(x, ref_mean, ref_var, training=True, momentum=0.5)
+    assert same(mean, ref_mean) and same(var, ref_var)
+
+
+def test_a_tensor_whose_data_came_from_an_inference_tensor_is_no_internal_error():
+    def f(x):
+        x.mul_(0.5)
+        return x * 1
+
+    compiled = framejit.compile(f, backend="eager", warm_branches=True)
+    compiled(torch.ones(2, 4))
+    with torch.inference_mode():
+        t = torch.ones(1, 4)
+    t.data = torch.ones(2, 4, dtype=torch.int64)  # keeps the inference tensor's missing counter
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            compiled(t)
+        except RuntimeError:
+            pass
+    assert not [w for w in caught if "internal error" in str(w.message)]
 
 
 def test_the_frame_hook_chains_to_the_eval_frame_function_installed_before_it():
@@ -843,3 +901,20 @@ def test_a_factory_meta_tensors_cannot_make_is_traced_from_the_tensor_it_makes()
     x = torch.ones(2, 3)
     assert same(no_framejit_warnings(framejit.compile(f, backend=counter), x), f(x))
     assert counter.frame_count == 1
+
+
+def test_a_method_of_a_constant_that_raises_is_the_programs_error_not_an_internal_one():
+    # Found by the long guard property run: `s.startswith('a')` with s = b'a' raised TypeError
+    # inside the tracer, which took it for its own fault (a warning, plain Python).
+    def f(x, s):
+        if s.startswith("a"):
+            return x * 2
+        return x * 3
+
+    compiled = framejit.compile(f, backend="eager")
+    assert same(compiled(torch.ones(2), "abc"), torch.ones(2) * 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(TypeError, match="startswith first arg must be bytes"):
+            compiled(torch.ones(2), b"a")
+    assert not [w for w in caught if issubclass(w.category, framejit.FramejitWarning)]
