@@ -100,3 +100,54 @@ def test_imports_inside_a_function_of_modules_already_imported_stay_in_the_graph
     assert same(framejit.compile(f, backend=counter)(x), f(x))
     assert counter.frame_count == 1
     assert [r["exit"] for r in regions(f)] == ["return"]
+
+
+class _Config:
+    """transformers' PreTrainedConfig in small: names remapped by its own __getattribute__."""
+
+    attribute_map = {"hidden_size": "n_embd"}
+
+    def __init__(self):
+        self.n_embd = 3
+        self.scale = 2.0
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+def test_a_class_with_its_own_getattribute_is_read_through_it_in_one_graph():
+    def f(x, config):
+        return x * config.hidden_size + config.scale
+
+    config = _Config()
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x, config), f(x, config))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(f)] == ["return"]
+    config.n_embd = 5  # read through the remapped name: a guard sees the change
+    assert same(compiled(x, config), f(x, config))
+    _Config.attribute_map = {"hidden_size": "scale"}  # and the class's own map
+    try:
+        assert same(compiled(x, config), f(x, config))
+    finally:
+        _Config.attribute_map = {"hidden_size": "n_embd"}
+
+
+def test_hasattr_on_a_class_with_its_own_getattribute_asks_python():
+    class Hides:
+        def __getattribute__(self, key):
+            if key == "secret":
+                raise AttributeError(key)
+            return super().__getattribute__(key)
+
+    h = Hides()
+    h.secret = 1
+
+    def f(x, obj):
+        return x + (1 if hasattr(obj, "secret") else 2)
+
+    x = torch.zeros(1)
+    assert same(framejit.compile(f, backend="eager")(x, h), f(x, h))  # 2: __getattribute__ hides it
