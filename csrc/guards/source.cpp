@@ -126,6 +126,13 @@ Source SourceTable::attr(int base, const std::string& name) const {
   return s;
 }
 
+Source SourceTable::generic_attr(int base, const std::string& name) const {
+  Source s = attr(base, name);
+  s.generic = true;
+  s.text = "object.__getattribute__(" + sources_[base].text + ", '" + name + "')";
+  return s;
+}
+
 Source SourceTable::item(int base, py::object key) const {
   Source s;
   s.kind = SourceKind::kItem;
@@ -186,7 +193,8 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
     case SourceKind::kAttr: {
       PyObject* base = slots[s.base];
       if (base == nullptr) return nullptr;
-      PyObject* value = PyObject_GetAttr(base, s.key.ptr());  // New
+      PyObject* value = s.generic ? PyObject_GenericGetAttr(base, s.key.ptr())  // New
+                                  : PyObject_GetAttr(base, s.key.ptr());
       if (value == nullptr) PyErr_Clear();
       return value;
     }

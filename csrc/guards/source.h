@@ -27,6 +27,8 @@ struct Source {
   int index = 0;
   py::object key;
   py::object owner;       // kGlobalOf: the globals dict (held, so its address stays valid)
+  bool generic = false;   // kAttr: read as object.__getattribute__ does (past a class's own
+                          // __getattribute__, which a guard must not run)
   std::string text;       // L['inputs']['x'], G['torch'], L['self'].weight
   std::string name_hint;  // inputs_x: used for placeholder names
 
@@ -90,6 +92,9 @@ class SourceTable {
   static Source closure(int index);
   static Source globals_dict();
   Source attr(int base, const std::string& name) const;
+  // object.__getattribute__(base, name): an attribute of an object whose class defines its own
+  // __getattribute__, looked up as that method's super() call does.
+  Source generic_attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
 
  private:

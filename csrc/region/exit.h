@@ -51,6 +51,12 @@ struct RegionExit {
     Rebuild value;
   };
   std::vector<AttrWrite> attr_writes;
+  // Python arithmetic of the region on numbers known only at run time (math.log(x.item()),
+  // 1 / n), computed even where nothing reads the result, since it may raise: before the graph
+  // runs where it reads only entry values (an error then leaves nothing to undo), else at the
+  // exit.
+  std::vector<Rebuild> checks_before;
+  std::vector<Rebuild> checks;
   int memo_size = 0;
   std::string reason;  // why the trace stopped here, with the user's file:line
 };

@@ -112,6 +112,14 @@ PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
   return out;
 }
 
+bool Rebuild::reads_outputs() const {
+  if (kind == Kind::kOutput) return true;
+  for (const Rebuild& item : items) {
+    if (item.reads_outputs()) return true;
+  }
+  return false;
+}
+
 std::string Rebuild::to_string() const {
   switch (kind) {
     case Kind::kOutput: return "out[" + std::to_string(index) + "]";

@@ -41,6 +41,8 @@ struct Rebuild {
   PyObject* build(PyObject* outputs, const SlotValues& slots, class MemoTable& memo) const;
 
   std::string to_string() const;  // "(out[0], slot[1], 3)"
+  // Whether building it reads a graph output (else it can be built before the graph runs).
+  bool reads_outputs() const;
 };
 
 // The memoised objects of one exit (built once however often they are referenced).

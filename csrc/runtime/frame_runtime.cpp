@@ -469,6 +469,9 @@ struct ExitValues {
 bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
                        ExitValues& values) {
   MemoTable memo(static_cast<size_t>(exit.memo_size));
+  for (const Rebuild& check : exit.checks) {  // run-time arithmetic that may raise
+    if (!Ref::steal(check.build(outputs, slots, memo))) return false;
+  }
   for (const RegionExit::AttrWrite& write : exit.attr_writes) {
     Ref target = Ref::steal(write.target.build(outputs, slots, memo));
     if (!target) return false;
@@ -517,6 +520,7 @@ void write_exit_state(FrameRun& run, ExitValues& values) {
 
 Region* find_region(FrameRun& run, const FrameState& fs, SlotValues& slots, int& tried) {
   tried = 0;
+  PauseScope pause;  // a guard reading an attribute may run Python (a __getattr__): not traced
   for (Region* region : run.state.at(run.pc)) {
     if (region->ctx != run.ctx) continue;
     ++tried;
@@ -839,9 +843,17 @@ PyObject* run_frame(FrameRun& run) {
       slots.clear();
       return resume(run, run.pc, false);
     }
-    bool rerunnable = false;
-    PyObject* outputs = run_graph(*region, slots, rerunnable);
     const RegionExit& exit = region->exit;
+    bool rerunnable = true;
+    PyObject* outputs = nullptr;
+    bool checked = true;
+    {
+      MemoTable memo(static_cast<size_t>(exit.memo_size));
+      for (const Rebuild& check : exit.checks_before) {  // may raise: before anything runs
+        checked = checked && static_cast<bool>(Ref::steal(check.build(nullptr, slots, memo)));
+      }
+    }
+    if (checked) outputs = run_graph(*region, slots, rerunnable);
     ExitValues values;
     if (outputs == nullptr || !build_exit_values(exit, outputs, slots, values)) {
       Py_XDECREF(outputs);

@@ -165,13 +165,13 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       }
       if (PyModule_Check(obj)) break;
       if (base->is(ObjRole::kSuper)) {
-        py::tuple how = PyRefs::get().support.attr("resolve_super_attribute")(
+        py::tuple resolved = PyRefs::get().support.attr("resolve_super_attribute")(
             base->obj, type_of(base->bound_self),
             py::bool_(!base->bound_self->is(ObjRole::kNewObject) &&
                       PyType_Check(base->bound_self->obj.ptr())),
             name);
         // super().method: the parent's function, bound to the traced self.
-        const auto kind = how[0].cast<AttrKind>();
+        const auto kind = resolved[0].cast<AttrKind>();
         if (kind == AttrKind::kObjectGetattribute) {  // inside a class's own __getattribute__
           ValuePtr lookup = Value::object(py::reinterpret_borrow<py::object>(
               reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
@@ -182,7 +182,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         if (kind == AttrKind::kMissing) {
           FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
         }
-        return bind_class_attribute(kind, how[1], base->bound_self);
+        return bind_class_attribute(kind, resolved[1], base->bound_self);
       }
       if (how != AttrLookup::kGeneric && !base->is_special_object() && !base->bound_self &&
           !PyType_Check(obj)) {
@@ -205,15 +205,17 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       }
       if (name == "__dict__" && base->source >= 0 && !PyType_Check(obj) &&
           PyObject_HasAttrString(obj, "__dict__")) {
-        ValuePtr state = entry_.load(entry_.sources().attr(base->source, "__dict__"));
+        ValuePtr state = entry_.load(how == AttrLookup::kGeneric
+                                         ? entry_.sources().generic_attr(base->source, "__dict__")
+                                         : entry_.sources().attr(base->source, "__dict__"));
         if (state && PyDict_CheckExact(state->obj.ptr())) return state;  // the instance dict
       }
       AttrKind kind = AttrKind::kMissing;
       py::object found;
       if (!quick_resolve(obj, name, kind, found)) {
-        py::tuple how = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
-        kind = how[0].cast<AttrKind>();
-        found = how[1];
+        py::tuple resolved = PyRefs::get().support.attr("resolve_attribute")(base->obj, name);
+        kind = resolved[0].cast<AttrKind>();
+        found = resolved[1];
       }
       if (kind == AttrKind::kInstance && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
         // A parameter, buffer or submodule: read from the module's own dict on every call
@@ -224,7 +226,9 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       }
       if (kind == AttrKind::kInstance || kind == AttrKind::kClassValue) {
         if (base->source < 0) break;
-        ValuePtr value = entry_.load(entry_.sources().attr(base->source, name));
+        ValuePtr value = entry_.load(how == AttrLookup::kGeneric
+                                         ? entry_.sources().generic_attr(base->source, name)
+                                         : entry_.sources().attr(base->source, name));
         if (!value) {
           FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         }
@@ -242,6 +246,24 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {} is not traced yet", name,
                  base->describe());
+}
+
+ValuePtr Tracer::read_attribute(const ValuePtr& base, const std::string& name, AttrLookup how) {
+  ValuePtr attribute = attr(base, name, how);
+  if (attribute->is(ObjRole::kAttrHook)) {  // type(base).__getattribute__(base, name), inlined
+    inline_call(Value::object(attribute->obj), attribute->obj,
+                {attribute->bound_self, Value::constant(py::str(attribute->method))}, {});
+    return nullptr;
+  }
+  if (attribute->is(ObjRole::kProperty)) {  // the getter's result is the attribute
+    if (PyFunction_Check(attribute->obj.ptr())) {
+      inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
+      return nullptr;
+    }
+    // A getter that is a functools.partial or a callable object: called like any callable.
+    return call(Value::object(attribute->obj), {attribute->bound_self}, {});
+  }
+  return attribute;
 }
 
 bool Tracer::dict_by_source(const ValuePtr& dict,
@@ -284,7 +306,7 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
   }
   const bool present = attribute_present(args[0], name);
   if (which == "hasattr") return Value::constant(py::bool_(present));
-  if (present) return attr(args[0], name);
+  if (present) return read_attribute(args[0], name, AttrLookup::kValue);
   if (args.size() == 3) return args[2];
   // The runtime makes the call and raises the AttributeError.
   FJ_UNSUPPORTED(kUnsupportedValue, "getattr() of the missing attribute '{}'", name);

@@ -358,7 +358,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (!name || !name->is_const() || !PyUnicode_CheckExact(name->obj.ptr())) {
       FJ_UNSUPPORTED(kUnsupportedCall, "object.__getattribute__ with a name not known at trace time");
     }
-    return attr(fn->bound_self, name->obj.cast<std::string>(), AttrLookup::kGeneric);
+    return read_attribute(fn->bound_self, name->obj.cast<std::string>(), AttrLookup::kGeneric);
   }
   if (fn->is_special_object()) {
     const std::string& name = fn->method;
@@ -618,7 +618,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         // A size stays symbolic through builtins that give a number (max(n, 1), math.sqrt(d));
         // range(n), str(n), ... need its value.
         if (!sizes || PyLong_CheckExact(result.ptr()) || PyFloat_CheckExact(result.ptr())) {
-          return Value::sym_num(callable, std::move(args), result);
+          ValuePtr number = Value::sym_num(callable, std::move(args), result);
+          note_runtime_number(number);
+          return number;
         }
       }
     }

@@ -33,7 +33,8 @@ Rebuild ExitBuilder::iterator_rebuild(const ValuePtr& it) {
   };
   switch (it->iter_form) {
     case IterForm::kItems:
-      return items_iter(it->index);
+      if (!it->over) return items_iter(it->index);
+      [[fallthrough]];  // the snapshot of a sourced dict: a real iterator over that dict
     case IterForm::kOver: {
       // A real iterator over the rebuilt list or dict, at the same position: later changes of
       // the container are seen (or, for a dict that changes size, raise) as in Python.

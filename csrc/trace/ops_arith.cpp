@@ -170,7 +170,9 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     py::list values;
     for (const auto& a : args) values.append(a->obj);
     try {
-      return Value::sym_num(fn, args, fn(*py::tuple(values)));
+      ValuePtr number = Value::sym_num(fn, args, fn(*py::tuple(values)));
+      t.note_runtime_number(number);
+      return number;
     } catch (const py::error_already_set& e) {
       FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} raised at trace time: {}", op.fn, e.what());
     }

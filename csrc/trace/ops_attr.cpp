@@ -73,23 +73,7 @@ void op_load_attr(Tracer& t, const Instr& i) {
     return;
   }
   ValuePtr base = t.pop();
-  ValuePtr attribute = t.attr(base, name, Tracer::AttrLookup::kInlinable);
-  if (attribute->is(ObjRole::kAttrHook)) {  // type(base).__getattribute__(base, name), inlined
-    t.inline_call(Value::object(attribute->obj), attribute->obj,
-                  {attribute->bound_self, Value::constant(py::str(attribute->method))}, {});
-    return;
-  }
-  if (attribute->is(ObjRole::kProperty)) {  // the getter's result is what LOAD_ATTR pushes
-    if (PyFunction_Check(attribute->obj.ptr())) {
-      t.inline_call(Value::object(attribute->obj), attribute->obj, {attribute->bound_self}, {});
-      return;
-    }
-    // A getter that is a functools.partial or a callable object: called like any callable.
-    ValuePtr result = t.call(Value::object(attribute->obj), {attribute->bound_self}, {});
-    if (result) t.push(result);
-    return;
-  }
-  t.push(attribute);
+  if (ValuePtr value = t.read_attribute(base, name)) t.push(std::move(value));
 }
 
 void op_load_method(Tracer& t, const Instr& i) { push_method(t, t.co_name(i.arg)); }

@@ -75,7 +75,12 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
       const char view = seq->method == "values" ? 'v' : seq->method == "items" ? 'i' : 'k';
       return Value::iter_over(seq->over, view);
     }
-    return Value::iter(dict_view_items(*seq));  // a sourced dict: changing it ends the region
+    // A dict read by source: its guarded snapshot (changing it ends the region), rebuilt at
+    // an exit as a real iterator over the real dict, which raises if the dict changes size.
+    ValuePtr it = Value::iter(dict_view_items(*seq));
+    it->over = seq->over;
+    it->view = seq->method == "values" ? 'v' : seq->method == "items" ? 'i' : 'k';
+    return it;
   }
   std::vector<ValuePtr> items;
   if (seq->is_sequence()) {

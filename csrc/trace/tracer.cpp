@@ -185,7 +185,15 @@ void Tracer::build_exit_state(ExitKind kind) {
     exit_.locals.emplace_back(static_cast<int>(i), std::move(r));
   }
   for (const auto& value : root.stack) exit_.stack.push_back(exits_.rebuild_of(value));
+  add_number_checks(exit_);
   recorder_.finish(exits_.take_outputs());
+}
+
+void Tracer::add_number_checks(RegionExit& exit) {
+  for (const auto& number : runtime_numbers_) {
+    Rebuild check = exits_.rebuild_of(number);
+    (check.reads_outputs() ? exit.checks : exit.checks_before).push_back(std::move(check));
+  }
 }
 
 ValuePtr Tracer::pop() {
@@ -331,6 +339,7 @@ void Tracer::finish(const ValuePtr& value) {
   exit_.op_pc = instr().offset;
   exit_.op = instr().op;
   exit_.result = exits_.rebuild_of(value);
+  add_number_checks(exit_);
   recorder_.finish(exits_.take_outputs());
   finished_ = true;
 }

@@ -126,6 +126,10 @@ class Tracer {
   // inside that method).
   enum class AttrLookup : uint8_t { kValue, kInlinable, kGeneric };
   ValuePtr attr(const ValuePtr& base, const std::string& name, AttrLookup how = AttrLookup::kValue);
+  // base.name as Python reads it: a property's getter or the class's __getattribute__ is
+  // inlined (nullptr: the value arrives with that call's return), anything else is attr().
+  ValuePtr read_attribute(const ValuePtr& base, const std::string& name,
+                          AttrLookup how = AttrLookup::kInlinable);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // obj.name = value on an object that existed before the region: recorded, read back by later
   // loads in the trace, and replayed at the exit.
@@ -150,6 +154,11 @@ class Tracer {
   // (key, value read by source) of module.<store> (_modules, _parameters, _buffers).
   std::vector<std::pair<std::string, ValuePtr>> module_dict_items(const ValuePtr& module,
                                                                   const char* store);
+  // A number the region computes from run-time numbers: evaluated at the exit (see
+  // RegionExit::checks) whether or not anything reads it.
+  void note_runtime_number(const ValuePtr& number) {
+    if (!number->is_size_expr()) runtime_numbers_.push_back(number);
+  }
   // Whether an instruction the region traced is covered by another exception handler than its
   // entry instruction (or, in an inlined callee, by any): an exception raised at the region's
   // entry would then skip a try/except the failing op was inside.
@@ -204,6 +213,7 @@ class Tracer {
   void wrap_entry_stack();
   void end_at(const Instr& ins, const Unsupported& why);
   void build_exit_state(ExitKind kind);
+  void add_number_checks(RegionExit& exit);
   bool stack_holds_size_expr() const;
   std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,
                                        const ValuePtr& fn, std::vector<ValuePtr> args,
@@ -225,6 +235,7 @@ class Tracer {
   int next_pc_ = 0;
   int steps_ = 0;
   bool finished_ = false;
+  std::vector<ValuePtr> runtime_numbers_;  // see note_runtime_number
   int entry_handler_ = -1;         // the exception handler around the entry instruction
   bool crosses_handlers_ = false;  // an instruction traced has another (or, inlined, any)
 };

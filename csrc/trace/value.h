@@ -78,7 +78,8 @@ enum class ObjRole : uint8_t {
 // What a kIter iterates. Each form reads its containers when it steps, as CPython's iterators
 // do, so a loop body that changes the list or dict it iterates sees the change.
 enum class IterForm : uint8_t {
-  kItems,      // `items`, fixed when it was made (a tuple, a tensor's rows, a generator's yields)
+  kItems,      // `items`, fixed when it was made (a tuple, a tensor's rows, a generator's yields;
+               // with `over` set: a view of a dict read by source, rebuilt over that dict)
   kOver,       // the list or dict `over` (dict: `view` says keys, values or items)
   kRange,      // `lazy_range`, made one item at a time: range(10**6) holds no million values
   kEnumerate,  // (count, item) of the iterator items[0]; `count`: the next number

@@ -918,3 +918,40 @@ def test_a_method_of_a_constant_that_raises_is_the_programs_error_not_an_interna
         with pytest.raises(TypeError, match="startswith first arg must be bytes"):
             compiled(torch.ones(2), b"a")
     assert not [w for w in caught if issubclass(w.category, framejit.FramejitWarning)]
+
+
+def test_run_time_arithmetic_that_may_raise_is_computed_even_when_unused():
+    # Found by the long fuzzer run: `a = math.log(x[2, 1].item())` in try/except, `a` never
+    # read: the region dropped the dead computation, so the handler never ran.
+    import math
+
+    printed = []
+
+    def f(x):
+        try:
+            a = math.log(x[2, 1].item())  # noqa: F841 - computed for its error
+        except ValueError as e:
+            printed.append(str(e))
+        return x + 1
+
+    compiled = framejit.compile(f, backend="eager")
+    for v in (1.0, -1.0, 2.0, -2.0):
+        x = torch.full((4, 4), v)
+        assert same(compiled(x), x + 1)
+    assert printed == ["math domain error", "math domain error"]
+
+
+def test_a_loop_over_items_of_an_argument_dict_that_grows_raises_as_in_python():
+    # Found by the long fuzzer run: the loop iterated a snapshot of the (real) dict, rebuilt as
+    # a tuple iterator after a break, so the dict growing inside the loop never raised.
+    def f(x, d):
+        n = int(x.sum())  # a break: the loop runs in a region that reads d by source
+        for key, value in d.items():
+            d["z"] = x
+        return n
+
+    compiled = framejit.compile(f, backend="eager")
+    with pytest.raises(RuntimeError, match="dictionary changed size during iteration"):
+        f(torch.ones(2), {"a": 1})
+    with pytest.raises(RuntimeError, match="dictionary changed size during iteration"):
+        compiled(torch.ones(2), {"a": 1})
