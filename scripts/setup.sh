@@ -22,6 +22,10 @@ fi
 "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
   || "$PYTHON" -m pip install -q "torch==2.13.0"
 "$PYTHON" -m pip install -q "scikit-build-core>=0.10" pytest numpy matplotlib nvidia-cuda-nvrtc-cu12
+# transformers for the tests on library code (tests/python/test_transformers.py), with torch
+# held at its pin so pip resolves nothing else for it.
+"$PYTHON" -c "import transformers, sys; sys.exit(transformers.__version__ != '5.24.0')" 2>/dev/null \
+  || "$PYTHON" -m pip install -q -c <(echo "torch==2.13.0") "transformers==5.24.0"
 
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 "$PYTHON" -m pip install -q --no-build-isolation --no-deps .

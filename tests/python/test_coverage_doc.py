@@ -265,6 +265,27 @@ def ex_enumerate(x):
     return out
 
 
+class _RemappingConfig:
+    attribute_map = {"hidden_size": "width"}
+
+    def __init__(self):
+        self.width = 3
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+_REMAPPING_CONFIG = _RemappingConfig()
+
+
+@example("config.hidden_size")
+def ex_custom_getattribute(x):
+    config = _REMAPPING_CONFIG
+    return x * config.hidden_size
+
+
 @example("ks = d.keys()")
 def ex_dict_view(x):
     d = {"a": x}
