@@ -7,7 +7,7 @@ isolated and reported with its program; every failure is shrunk to a small progr
 failure message shows.
 
 FRAMEJIT_FUZZ_PROGRAMS=N sets the number of programs (each run with both backends; default
-1000), FRAMEJIT_FUZZ_SEED the first seed (default 0), FRAMEJIT_FUZZ_JOBS how many subprocesses
+2000), FRAMEJIT_FUZZ_SEED the first seed (default 0), FRAMEJIT_FUZZ_JOBS how many subprocesses
 run side by side (default 1). FRAMEJIT_FUZZ_ALL=1 also generates the constructs left out
 because of known bugs (fuzz_programs.EXCLUDE). By hand, with a report on stdout:
 ``python3 tests/python/fuzz_programs.py --count 10000 --jobs 2``.
@@ -20,7 +20,7 @@ import pytest
 import fuzz_programs as fuzz
 
 BACKENDS = ("eager", "native")
-DEFAULT_PROGRAMS = 1000
+DEFAULT_PROGRAMS = 2000
 
 
 def _env_int(name, default):
