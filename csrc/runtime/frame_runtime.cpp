@@ -263,11 +263,15 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       if (arg->kind == Arg::Kind::kNode) written.insert(arg->node);
     }
   }
+  region->may_write_input.assign(placeholders.size(), false);
   for (size_t i = 0; i < placeholders.size(); ++i) {
-    if ((placeholders[i]->fake && tensor_version(placeholders[i]->fake.ptr()) > 0) ||
-        written.count(placeholders[i])) {
+    const int64_t version = placeholders[i]->fake ? tensor_version(placeholders[i]->fake.ptr()) : 0;
+    if (version > 0 || written.count(placeholders[i])) {
       region->mutated_inputs.push_back(static_cast<int>(i));
     }
+    // A meta tensor of no counter (an inference tensor's) cannot tell: a write into it outside
+    // inference_mode fails on meta already, so only the direct arguments of writing ops count.
+    region->may_write_input[i] = version > 0 || written.count(placeholders[i]) > 0;
   }
   region->graph_mutates = graph.mutates_tensors() || !region->mutated_inputs.empty();
   region->unversioned_writes = graph.writes_without_version();
@@ -428,7 +432,8 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
   rerunnable = !region.unversioned_writes;
   for (size_t i = 0; i < versions.size() && rerunnable; ++i) {
     // An inference tensor keeps no counter: a graph that may write into one is never rerun.
-    rerunnable = versions[i] == tensor_version(args[i]) && (versions[i] >= 0 || !is_tensor(args[i]));
+    rerunnable = versions[i] == tensor_version(args[i]) &&
+                 (versions[i] >= 0 || !is_tensor(args[i]) || !region.may_write_input.at(i));
   }
   if (outputs == nullptr && !rerunnable && !saved.empty() &&
       !PyErr_GivenExceptionMatches(error_type, PyExc_KeyboardInterrupt)) {
@@ -439,7 +444,8 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
     for (int i : region.mutated_inputs) is_saved[i] = true;
     for (size_t i = 0; i < versions.size() && restored; ++i) {
       if (is_saved[i]) continue;
-      restored = versions[i] == tensor_version(args[i]) && (versions[i] >= 0 || !is_tensor(args[i]));
+      restored = versions[i] == tensor_version(args[i]) &&
+                 (versions[i] >= 0 || !is_tensor(args[i]) || !region.may_write_input.at(i));
     }
     for (auto& [input, copy] : saved) restored = restored && tensor_restore(input, copy.get());
     rerunnable = restored;

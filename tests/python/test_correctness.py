@@ -958,3 +958,26 @@ def test_a_loop_over_items_of_an_argument_dict_that_grows_raises_as_in_python():
         f(torch.ones(2), {"a": 1})
     with pytest.raises(RuntimeError, match="dictionary changed size during iteration"):
         compiled(torch.ones(2), {"a": 1})
+
+
+def test_an_inference_tensor_input_the_graph_does_not_write_allows_the_rerun():
+    # Found by the second long guard run: an inference tensor among a graph's inputs (no
+    # version counter) ruled out running the region again although nothing wrote into it.
+    with torch.inference_mode():
+        offset = torch.ones(2, 4)
+
+    def f(x, dt=offset):
+        acc = x * 1
+        n = 0
+        try:
+            with torch.no_grad():
+                x.mul_(0.5)  # raises for an int64 x, before writing
+            acc = acc + dt
+        except RuntimeError:
+            n = n + 1000
+        return acc, n
+
+    x = torch.ones(2, 4, dtype=torch.int64)
+    out, n = no_framejit_warnings(framejit.compile(f, backend="eager"), x.clone())
+    ref, ref_n = f(x.clone())
+    assert n == ref_n == 1000 and same(out, ref)
