@@ -853,9 +853,9 @@ PyObject* run_frame(FrameRun& run) {
     bool rerunnable = true;
     PyObject* outputs = nullptr;
     bool checked = true;
-    {
+    if (!exit.checks_before.empty()) {  // may raise: before anything runs
       MemoTable memo(static_cast<size_t>(exit.memo_size));
-      for (const Rebuild& check : exit.checks_before) {  // may raise: before anything runs
+      for (const Rebuild& check : exit.checks_before) {
         checked = checked && static_cast<bool>(Ref::steal(check.build(nullptr, slots, memo)));
       }
     }
