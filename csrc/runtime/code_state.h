@@ -59,8 +59,8 @@ struct Region {
   // plain Python only if no input's version counter moved (see run_graph).
   bool graph_mutates = false;
   std::vector<int> mutated_inputs;  // the inputs (by index) the graph writes into
-  // Per input: the graph may write into it (as mutated_inputs): an input of no counter (an
-  // inference tensor) rules out a rerun only then.
+  // mutated_inputs as a mask over all inputs (read per input on every call of such a graph): an
+  // input of no counter (an inference tensor) rules out a rerun only where it is set.
   std::vector<bool> may_write_input;
   bool unversioned_writes = false;  // some of them where version counters do not show it
   // Raised at the region's entry, an exception would lose something eager keeps: the region

@@ -428,24 +428,22 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
     restore_global_torch_state(region.guards.entry_state());
     PyErr_Fetch(&error_type, &error_value, &error_tb);
   }
+  // Input i is as before the call: its counter did not move (an inference tensor keeps none:
+  // one the graph may write into counts as written).
+  auto unwritten = [&](size_t i) {
+    return versions[i] == tensor_version(args[i]) &&
+           (versions[i] >= 0 || !is_tensor(args[i]) || !region.may_write_input.at(i));
+  };
   // Writes no counter shows (batch norm's statistics) may have happened whatever they say.
   rerunnable = !region.unversioned_writes;
-  for (size_t i = 0; i < versions.size() && rerunnable; ++i) {
-    // An inference tensor keeps no counter: a graph that may write into one is never rerun.
-    rerunnable = versions[i] == tensor_version(args[i]) &&
-                 (versions[i] >= 0 || !is_tensor(args[i]) || !region.may_write_input.at(i));
-  }
+  for (size_t i = 0; i < versions.size() && rerunnable; ++i) rerunnable = unwritten(i);
   if (outputs == nullptr && !rerunnable && !saved.empty() &&
       !PyErr_GivenExceptionMatches(error_type, PyExc_KeyboardInterrupt)) {
     // Put the written inputs back as they were: then nothing the graph did is visible, and
     // CPython can run the region again. Every other input must be unwritten.
     bool restored = true;
-    std::vector<bool> is_saved(n, false);
-    for (int i : region.mutated_inputs) is_saved[i] = true;
     for (size_t i = 0; i < versions.size() && restored; ++i) {
-      if (is_saved[i]) continue;
-      restored = versions[i] == tensor_version(args[i]) &&
-                 (versions[i] >= 0 || !is_tensor(args[i]) || !region.may_write_input.at(i));
+      if (!region.may_write_input.at(i)) restored = unwritten(i);  // the saved ones go back
     }
     for (auto& [input, copy] : saved) restored = restored && tensor_restore(input, copy.get());
     rerunnable = restored;
