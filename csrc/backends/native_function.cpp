@@ -4,6 +4,7 @@
 #include "backends/native_function.h"
 
 #include "backends/program.h"
+#include "common/py.h"
 #include "guards/tensor_check.h"
 
 #include <ATen/ScalarOps.h>
@@ -133,12 +134,7 @@ struct Variant {
         if (!tensor_matches(input.spec, args[i])) return false;
         continue;
       }
-      if (Py_TYPE(args[i]) != Py_TYPE(input.value.ptr())) return false;
-      int eq = PyObject_RichCompareBool(args[i], input.value.ptr(), Py_EQ);
-      if (eq != 1) {
-        PyErr_Clear();
-        return false;
-      }
+      if (!same_constant(args[i], input.value.ptr())) return false;
     }
     return true;
   }

@@ -1,6 +1,8 @@
 // Python helpers shared by every C++ file.
 #include "common/py.h"
 
+#include <cstring>
+
 namespace framejit {
 
 std::string safe_repr(PyObject* obj) {
@@ -46,6 +48,25 @@ std::string fetch_and_clear_error() {
   Py_XDECREF(value);
   Py_XDECREF(traceback);
   return out;
+}
+
+bool same_constant(PyObject* value, PyObject* expected) {
+  if (value == expected) return true;
+  if (Py_TYPE(value) != Py_TYPE(expected)) return false;
+  if (PyFloat_CheckExact(value)) {
+    const double a = PyFloat_AS_DOUBLE(value);
+    const double b = PyFloat_AS_DOUBLE(expected);
+    return std::memcmp(&a, &b, sizeof(double)) == 0;
+  }
+  if (PyComplex_CheckExact(value)) {
+    const Py_complex a = PyComplex_AsCComplex(value);
+    const Py_complex b = PyComplex_AsCComplex(expected);
+    return std::memcmp(&a.real, &b.real, sizeof(double)) == 0 &&
+           std::memcmp(&a.imag, &b.imag, sizeof(double)) == 0;
+  }
+  const int eq = PyObject_RichCompareBool(value, expected, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
 }
 
 }  // namespace framejit

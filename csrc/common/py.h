@@ -20,6 +20,12 @@ std::string str_text(PyObject* str);
 // The current Python exception as "Type: message", cleared. Empty if none is set.
 std::string fetch_and_clear_error();
 
+// Whether `value` is the same constant as `expected`, for a guard or a cache key that bakes the
+// value in: the same type and equal, with floats and complex numbers compared by their bits
+// (-0.0 == 0.0, but 1 / -0.0 is -inf; NaN != NaN would miss on every call). An error from ==
+// is cleared and counts as different. Borrowed: both.
+bool same_constant(PyObject* value, PyObject* expected);
+
 // Python's cyclic GC paused for a scope (tracing and FX export): the many new container objects
 // they make would otherwise trigger collections that scan the whole heap (a fifth of the compile
 // time of a 1,000-op chain). Nothing made there is garbage yet; the next collection sees it.

@@ -2,7 +2,6 @@
 #include "guards/guards.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include <fmt/format.h>
 
@@ -96,26 +95,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return value != slots[guard.n];
     case GuardKind::kId:
       return value == expected;
-    case GuardKind::kConstEq: {
-      if (value == expected) return true;
-      if (Py_TYPE(value) != Py_TYPE(expected)) return false;
-      if (PyFloat_CheckExact(value)) {
-        // By bits, not ==: -0.0 == 0.0 but 1 / -0.0 is -inf, and NaN != NaN would recompile on
-        // every call.
-        const double a = PyFloat_AS_DOUBLE(value);
-        const double b = PyFloat_AS_DOUBLE(expected);
-        return std::memcmp(&a, &b, sizeof(double)) == 0;
-      }
-      if (PyComplex_CheckExact(value)) {
-        const Py_complex a = PyComplex_AsCComplex(value);
-        const Py_complex b = PyComplex_AsCComplex(expected);
-        return std::memcmp(&a.real, &b.real, sizeof(double)) == 0 &&
-               std::memcmp(&a.imag, &b.imag, sizeof(double)) == 0;
-      }
-      const int eq = PyObject_RichCompareBool(value, expected, Py_EQ);
-      if (eq < 0) PyErr_Clear();
-      return eq == 1;
-    }
+    case GuardKind::kConstEq:
+      return same_constant(value, expected);
     case GuardKind::kTensor:
       return tensor_matches(tensor_specs_[guard.spec], value);
     case GuardKind::kLen:

@@ -169,6 +169,23 @@ def test_programs_are_keyed_on_metadata_and_numbers():
     assert fn.variants == (4, 0)
 
 
+def test_a_number_baked_into_a_program_is_matched_by_its_bits():
+    # Fuzz seed 241035: a program lowered for s = 0.0 ran again for s = -0.0 (0.0 == -0.0), so
+    # `x + s` turned eager's -0. entries into 0.; NaN (NaN != NaN) lowered again on every call.
+    def shifted(x, s):
+        return (x + s,)
+
+    fn = framejit.backends.native(torch.fx.symbolic_trace(shifted), [])
+    x = torch.tensor([-0.0, 0.0])
+    for s in (0.0, -0.0, 0.0, -0.0):
+        out, = fn(x, s)
+        assert torch.equal(out.signbit(), shifted(x, s)[0].signbit()), s
+    assert fn.variants == (2, 0)
+    for _ in range(3):
+        assert fn(x, float("nan"))[0].isnan().all()
+    assert fn.variants == (3, 0)
+
+
 def test_autocast_runs_the_graph_as_is():
     def f(x, w):
         return (x @ w,)
