@@ -197,8 +197,11 @@ PyObject* tensor_snapshot(PyObject* obj) {
 
 bool tensor_restore(PyObject* obj, PyObject* snapshot) {
   try {
-    c10::NoGradGuard no_grad;
     at::Tensor dst = THPVariable_Unpack(obj);
+    // Inference mode where an inference tensor takes writes (InferenceMode(false) turns grad
+    // mode on: the no-grad guard comes after it).
+    c10::InferenceMode mode(dst.is_inference());
+    c10::NoGradGuard no_grad;
     dst.copy_(THPVariable_Unpack(snapshot));
     return true;
   } catch (const std::exception&) {
@@ -206,8 +209,17 @@ bool tensor_restore(PyObject* obj, PyObject* snapshot) {
   }
 }
 
-bool tensor_requires_grad(PyObject* obj) {
-  return THPVariable_Check(obj) && THPVariable_Unpack(obj).requires_grad();
+bool tensors_share_storage(PyObject* a, PyObject* b) {
+  if (!THPVariable_Check(a) || !THPVariable_Check(b)) return false;
+  try {
+    return THPVariable_Unpack(a).is_alias_of(THPVariable_Unpack(b));
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool tensor_has_history(PyObject* obj) {
+  return THPVariable_Check(obj) && THPVariable_Unpack(obj).grad_fn() != nullptr;
 }
 
 std::string device_text(PyObject* device) {

@@ -70,7 +70,13 @@ int64_t tensor_version(PyObject* obj);
 // writing it back into the tensor without autograd (false on failure). Borrowed: obj, snapshot.
 PyObject* tensor_snapshot(PyObject* obj);
 bool tensor_restore(PyObject* obj, PyObject* snapshot);
-bool tensor_requires_grad(PyObject* obj);
+// Whether two tensors share storage (one is a view of the other, or both of a third: a write
+// into either moves both version counters). Borrowed: a, b.
+bool tensors_share_storage(PyObject* a, PyObject* b);
+// Whether a tensor has autograd history (a grad_fn: it is the result of a recorded op or a view
+// of a tensor that requires grad). A leaf that requires grad has none: data written back into it
+// without autograd is as before. Borrowed: obj.
+bool tensor_has_history(PyObject* obj);
 // "cpu", "cuda:0", ... for a torch.device; "" for anything else. Borrowed: device.
 std::string device_text(PyObject* device);
 // A new meta tensor with that metadata (New reference).

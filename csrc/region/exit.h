@@ -44,7 +44,10 @@ struct RegionExit {
   std::vector<Rebuild> stack;                   // the whole value stack at the exit
   Rebuild result;                               // kReturn
   // Attribute writes to objects that existed before the region, replayed in program order
-  // (setattr(target, name, value)) after the graph ran and before the exit is performed.
+  // (setattr(target, name, value)) after the graph ran and before the exit is performed; and,
+  // with name None, the new contents of the lists and dicts of the entry state the region
+  // changed in place (target[:] = value for a list, clear() and update(value) for a dict), put
+  // in before the exit's locals and stack are built (an iterator over one starts from them).
   struct AttrWrite {
     Rebuild target;
     py::object name;

@@ -398,20 +398,15 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
   }
   // A region whose error, raised at its entry, would lose writes or skip a try block, and whose
   // graph writes into inputs: a copy of those inputs, to put back if the graph raises, so the
-  // region can still run again as Python. Only inputs without autograd history can be put back.
-  std::vector<std::pair<PyObject*, Ref>> saved;
+  // region can still run again as Python. Only inputs without autograd history (leaves) can be
+  // put back (one with history must then be one the graph did not reach).
+  std::vector<Ref> saved;  // by input index: its copy, or null
   if (region.raise_at_entry_loses && !region.mutated_inputs.empty()) {
+    saved.resize(n);
     for (int i : region.mutated_inputs) {
-      if (tensor_requires_grad(args[i])) {
-        saved.clear();
-        break;
-      }
-      Ref copy = Ref::steal(tensor_snapshot(args[i]));
-      if (!copy) {
-        saved.clear();
-        break;
-      }
-      saved.emplace_back(args[i], std::move(copy));
+      if (tensor_has_history(args[i])) continue;
+      saved[i] = Ref::steal(tensor_snapshot(args[i]));
+      if (!saved[i]) PyErr_Clear();
     }
   }
   PyObject* outputs;
@@ -440,12 +435,24 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
   if (outputs == nullptr && !rerunnable && !saved.empty() &&
       !PyErr_GivenExceptionMatches(error_type, PyExc_KeyboardInterrupt)) {
     // Put the written inputs back as they were: then nothing the graph did is visible, and
-    // CPython can run the region again. Every other input must be unwritten.
+    // CPython can run the region again. One the graph did not reach is left alone (it may be
+    // one no copy can go back into: an expanded tensor, whose in-place op is the error), unless
+    // the graph writes some input without a counter. Every other input must be unwritten, or
+    // share storage with one put back (the same tensor passed twice: the graph wrote it
+    // through the other).
     bool restored = true;
+    std::vector<size_t> put_back;
     for (size_t i = 0; i < versions.size() && restored; ++i) {
-      if (!region.may_write_input.at(i)) restored = unwritten(i);  // the saved ones go back
+      if (region.may_write_input.at(i) && (region.unversioned_writes || !unwritten(i))) {
+        restored = saved[i] && tensor_restore(args[i], saved[i].get());
+        put_back.push_back(i);
+      }
     }
-    for (auto& [input, copy] : saved) restored = restored && tensor_restore(input, copy.get());
+    for (size_t i = 0; i < versions.size() && restored; ++i) {
+      if (region.may_write_input.at(i) || unwritten(i)) continue;
+      restored = std::any_of(put_back.begin(), put_back.end(),
+                             [&](size_t j) { return tensors_share_storage(args[i], args[j]); });
+    }
     rerunnable = restored;
   }
   if (outputs == nullptr) PyErr_Restore(error_type, error_value, error_tb);
@@ -464,14 +471,34 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
 // graph left them, and the region can still run again as Python.
 struct ExitValues {
   std::vector<std::pair<Ref, Ref>> attrs;  // target, value: one per attribute write
+  // The lists and dicts whose new contents are in already, each with a copy of its old ones.
+  std::vector<std::pair<Ref, Ref>> replaced;
   std::vector<std::pair<int, Ref>> locals;
   std::vector<Ref> stack;
   Ref result;  // kReturn
 };
 
-// False with an exception set on error.
-bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
-                       ExitValues& values) {
+// Puts `contents` (a list or dict) into the list or dict `target`. False on error.
+bool replace_contents(PyObject* target, PyObject* contents) {
+  if (PyList_CheckExact(target)) return PyList_SetSlice(target, 0, PY_SSIZE_T_MAX, contents) == 0;
+  PyDict_Clear(target);
+  return PyDict_Update(target, contents) == 0;
+}
+
+// Puts the old contents back into the lists and dicts build_exit_values replaced (an exit
+// that failed to build); the exception set stays.
+void restore_contents(ExitValues& values) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  for (auto it = values.replaced.rbegin(); it != values.replaced.rend(); ++it) {
+    if (!replace_contents(it->first.get(), it->second.get())) PyErr_Clear();
+  }
+  values.replaced.clear();
+  PyErr_Restore(type, value, tb);
+}
+
+bool build_exit_values_in(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
+                          ExitValues& values) {
   MemoTable memo(static_cast<size_t>(exit.memo_size));
   for (const Rebuild& check : exit.checks) {  // run-time arithmetic that may raise
     if (!Ref::steal(check.build(outputs, slots, memo))) return false;
@@ -482,6 +509,18 @@ bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValu
     Ref value = Ref::steal(write.value.build(outputs, slots, memo));
     if (!value) return false;
     values.attrs.emplace_back(std::move(target), std::move(value));
+  }
+  // The lists and dicts the region changed get their new contents before the locals and the
+  // stack are built: an iterator the exit makes over one of them (a loop the region leaves
+  // mid-way) must start from what it holds now.
+  for (size_t i = 0; i < values.attrs.size(); ++i) {
+    if (exit.attr_writes[i].name.ptr() != Py_None) continue;
+    PyObject* target = values.attrs[i].first.get();
+    Ref old = Ref::steal(PyList_CheckExact(target) ? PyList_GetSlice(target, 0, PY_SSIZE_T_MAX)
+                                                   : PyDict_Copy(target));
+    if (!old) return false;
+    if (!replace_contents(target, values.attrs[i].second.get())) return false;
+    values.replaced.emplace_back(Ref::borrow(target), std::move(old));
   }
   if (exit.kind == ExitKind::kReturn) {
     values.result = Ref::steal(exit.result.build(outputs, slots, memo));
@@ -500,13 +539,21 @@ bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValu
   return true;
 }
 
-// setattr for each attribute write of the region, in program order. False on error.
+// False with an exception set on error, and then nothing changed.
+bool build_exit_values(const RegionExit& exit, PyObject* outputs, const SlotValues& slots,
+                       ExitValues& values) {
+  if (build_exit_values_in(exit, outputs, slots, values)) return true;
+  restore_contents(values);
+  return false;
+}
+
+// setattr for each attribute write of the region, in program order (the lists and dicts it
+// changed have their new contents already: build_exit_values). False on error.
 bool apply_attr_writes(const RegionExit& exit, const ExitValues& values) {
   for (size_t i = 0; i < values.attrs.size(); ++i) {
     const auto& [target, value] = values.attrs[i];
-    if (PyObject_SetAttr(target.get(), exit.attr_writes[i].name.ptr(), value.get()) < 0) {
-      return false;
-    }
+    PyObject* name = exit.attr_writes[i].name.ptr();
+    if (name != Py_None && PyObject_SetAttr(target.get(), name, value.get()) < 0) return false;
   }
   return true;
 }

@@ -532,13 +532,10 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
     const int slot = entry_.sources().find(entry_.sources().item(container->source, key->obj));
     if (slot >= 0 && entry_.value_at(slot) == value) return;
   }
-  if (container->source >= 0) {
-    FJ_UNSUPPORTED(kSideEffect, "item assignment into {}, which existed before the call",
-                   container->describe());
-  }
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "item assignment with key {}", key->describe());
   }
+  make_writable(container);
   const py::object k = key->as_python();
   if (container->kind == VKind::kList && PyLong_CheckExact(k.ptr())) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
@@ -563,6 +560,38 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
     return;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "item assignment into {}", container->describe());
+}
+
+void Tracer::delete_item(const ValuePtr& container, const ValuePtr& key_in) {
+  const ValuePtr key = sizes_.concretize(key_in);
+  if (!key->is_constant_tree() || container->kind == VKind::kTensor) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "del of {}[{}]", container->describe(), key->describe());
+  }
+  const py::object k = key->as_python();
+  const bool list_index = container->kind == VKind::kList && PyLong_CheckExact(k.ptr());
+  const bool dict = container->kind == VKind::kDict ||
+                    (container->is(ObjRole::kPlain) && PyDict_CheckExact(container->obj.ptr()));
+  if (!list_index && !dict) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "del of {}[{}]", container->describe(), key->describe());
+  }
+  make_writable(container);
+  auto& items = container->items;
+  if (list_index) {
+    const Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Py_ssize_t i = k.cast<Py_ssize_t>();
+    if (i < 0) i += n;
+    if (i < 0 || i >= n) FJ_UNSUPPORTED(kUnsupportedValue, "del of index {} out of range", i);
+    items.erase(items.begin() + i);
+    return;
+  }
+  for (size_t i = 0; i < container->keys.size(); ++i) {
+    if (!container->keys[i].equal(k)) continue;
+    if (container->iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+    container->keys.erase(container->keys.begin() + static_cast<long>(i));
+    items.erase(items.begin() + static_cast<long>(i));
+    return;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "del of the missing key {} (KeyError at run time)", safe_repr(k));
 }
 
 }  // namespace framejit

@@ -413,7 +413,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
                              callable_name(bound));
     }
     if (ValuePtr out = container_method(name, args, kwargs)) return out;
-    if (self->kind == VKind::kList && self->source < 0 && kwargs.empty()) {
+    if (self->kind == VKind::kList && kwargs.empty() && (name == "append" || name == "extend")) {
+      make_writable(self);
       if (name == "append" && args.size() == 2) {
         self->items.push_back(args[1]);
         return Value::constant(py::none());

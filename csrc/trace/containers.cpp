@@ -1,7 +1,7 @@
 // Methods of lists, tuples and dicts answered at trace time: dict views of known dicts (a
-// sourced dict's keys are guarded in order), index/count on constant items, and mutations of
-// containers the trace created itself (they are rebuilt at the region's exit, so nothing
-// outside the trace sees them change).
+// sourced dict's keys are guarded in order), index/count on constant items, and mutations: of
+// containers the trace made (rebuilt at the region's exit), and of lists and dicts that existed
+// before it (make_writable: their contents are written back at the exit).
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -27,7 +27,41 @@ Py_ssize_t normalised_index(const ValuePtr& arg, Py_ssize_t n, bool clamp) {
   return i;
 }
 
+bool is_mutating_method(const std::string& name) {
+  for (const char* m : {"append", "extend", "insert", "pop", "reverse", "clear", "update",
+                        "setdefault"}) {
+    if (name == m) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+void Tracer::make_writable(const ValuePtr& container) {
+  if (container->source < 0 || container->adopted) return;
+  const bool list = container->kind == VKind::kList;
+  const bool dict = container->is(ObjRole::kPlain) && !container->bound_self &&
+                    PyDict_CheckExact(container->obj.ptr());
+  if (!list && !dict) {
+    FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
+                   container->describe());
+  }
+  entry_.note_changed(container->source);
+  if (dict) {
+    std::vector<std::pair<py::object, ValuePtr>> entries;
+    if (!dict_by_source(container, entries)) {
+      FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, whose keys a guard cannot compare",
+                     container->describe());
+    }
+    container->kind = VKind::kDict;
+    for (auto& [key, value] : entries) {
+      container->keys.push_back(key);
+      container->items.push_back(std::move(value));
+    }
+  }
+  container->adopted = true;
+  effects_.adopt(container);
+}
 
 ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
   std::vector<py::object> keys;
@@ -74,9 +108,41 @@ ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
 
 ValuePtr Tracer::container_method(const std::string& name, const std::vector<ValuePtr>& args,
                                   const KwValues& kwargs) {
-  if (!kwargs.empty() || args.empty()) return nullptr;
+  if (args.empty()) return nullptr;
   const ValuePtr& self = args[0];
   const size_t n = args.size() - 1;
+  if (name == "update" && n <= 1 &&
+      (self->kind == VKind::kDict || (self->is(ObjRole::kPlain) && self->source >= 0 &&
+                                      PyDict_CheckExact(self->obj.ptr())))) {
+    // d.update(other, **kw): the other dict's entries (a dict of the trace, or one read by
+    // source, keys guarded), then the keywords.
+    std::vector<std::pair<py::object, ValuePtr>> entries;
+    if (n == 1) {
+      const ValuePtr& other = args[1];
+      if (other->kind == VKind::kDict) {
+        for (size_t i = 0; i < other->keys.size(); ++i) entries.emplace_back(other->keys[i], other->items[i]);
+      } else if (!dict_by_source(other, entries)) {
+        return nullptr;
+      }
+    }
+    for (const auto& [key, value] : kwargs) entries.emplace_back(py::str(key), value);
+    make_writable(self);
+    for (auto& [key, value] : entries) {
+      long at = -1;
+      for (size_t i = 0; i < self->keys.size() && at < 0; ++i) {
+        if (self->keys[i].equal(key)) at = static_cast<long>(i);
+      }
+      if (at >= 0) {
+        self->items[at] = value;
+        continue;
+      }
+      if (self->iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+      self->keys.push_back(key);
+      self->items.push_back(value);
+    }
+    return Value::constant(py::none());
+  }
+  if (!kwargs.empty()) return nullptr;
   if ((name == "keys" || name == "values" || name == "items") && n == 0) {
     const bool sourced_dict = self->kind == VKind::kObject && self->source >= 0 &&
                               PyDict_CheckExact(self->obj.ptr());
@@ -94,8 +160,13 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       args[1]->is_constant_tree() && all_constant_items(self)) {
     return Value::constant(self->as_python().attr(name.c_str())(args[1]->as_python()));
   }
-  // Containers built by the trace: their final state is what the exit rebuilds.
-  if (self->source >= 0) return nullptr;
+  // Containers built by the trace: their final state is what the exit rebuilds. Those read by
+  // source: the trace's from their first change (make_writable).
+  if (self->source >= 0 && !self->adopted) {
+    if (self->kind == VKind::kList && name == "copy" && n == 0) return Value::list(self->items);
+    if (!is_mutating_method(name)) return nullptr;
+    make_writable(self);
+  }
   if (self->kind == VKind::kList) {
     auto& items = self->items;
     const auto size = static_cast<Py_ssize_t>(items.size());
@@ -142,10 +213,6 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
         self->items.push_back(value);
       }
     };
-    if (name == "update" && n == 1 && args[1]->kind == VKind::kDict) {
-      for (size_t i = 0; i < args[1]->keys.size(); ++i) set(args[1]->keys[i], args[1]->items[i]);
-      return Value::constant(py::none());
-    }
     if ((name == "pop" || name == "setdefault") && (n == 1 || n == 2) &&
         args[1]->is_constant_tree()) {
       const py::object key = args[1]->as_python();

@@ -26,6 +26,21 @@ bool is_identity_object(PyObject* obj) {
          Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type;
 }
 
+namespace {
+
+// The dict holding obj's attributes, if it has one: a module's, an instance's __dict__ (made
+// by CPython if it was not yet). New reference or null (no error set). Classes: null (their
+// namespace is no dict a trace can change).
+Ref attribute_dict(PyObject* obj) {
+  if (PyModule_Check(obj)) return Ref::borrow(PyModule_GetDict(obj));
+  if (PyType_Check(obj) || Py_TYPE(obj)->tp_dictoffset == 0) return Ref();
+  Ref dict = Ref::steal(PyObject_GenericGetDict(obj, nullptr));
+  if (!dict) PyErr_Clear();
+  return dict;
+}
+
+}  // namespace
+
 EntryState::EntryState(const FrameState& frame, int entry_pc, GraphRecorder& recorder)
     : frame_(frame), entry_pc_(entry_pc), recorder_(recorder) {}
 
@@ -41,6 +56,29 @@ ValuePtr EntryState::load(Source source) {
     sources_.pop_last();
     live_.pop_back();
     return nullptr;
+  }
+  if (!changed_.empty()) {
+    // The trace changed a dict or list in place: reading it (or, for an attribute or a global,
+    // the namespace dict it lives in) through another source would see it as it was.
+    auto changed = changed_.find(live_[slot].get());
+    const Source& read = sources_.at(slot);
+    if (changed == changed_.end()) {
+      Ref space;
+      if (read.kind == SourceKind::kAttr) space = attribute_dict(live_value(read.base));
+      if (read.kind == SourceKind::kGlobal) space = Ref::borrow(frame_.globals);
+      if (read.kind == SourceKind::kGlobalOf) space = Ref::borrow(read.owner.ptr());
+      if (space) changed = changed_.find(space.get());
+      if (changed == changed_.end() && (read.kind == SourceKind::kGlobal || read.kind == SourceKind::kGlobalOf)) {
+        changed = changed_.find(frame_.builtins);
+      }
+    }
+    if (changed != changed_.end()) {
+      const std::string text = read.text;
+      const std::string through = sources_.at(changed->second).text;
+      sources_.pop_last();
+      live_.pop_back();
+      FJ_UNSUPPORTED(kSideEffect, "{}, changed by this region through {}", text, through);
+    }
   }
   return wrap(slot, py::reinterpret_borrow<py::object>(live_[slot].get()));
 }
@@ -149,17 +187,39 @@ void EntryState::guard_class_attribute_is(int slot, PyTypeObject* type, PyObject
 }
 
 void EntryState::guard_not_aliased(const ValuePtr& target) {
-  if (target->source < 0 || !target->is(ObjRole::kPlain) || target->bound_self ||
-      is_identity_object(target->obj.ptr())) {
-    return;
-  }
+  if (target->source < 0 || target->is_special_object() || target->bound_self) return;
+  PyObject* obj = live_value(target->source);
+  if (is_identity_object(obj)) return;
   for (const auto& [slot, value] : by_slot_) {
-    if (slot == target->source || !value->is(ObjRole::kPlain) || value->bound_self ||
-        is_identity_object(value->obj.ptr()) || value->obj.ptr() == target->obj.ptr()) {
+    PyObject* other = live_[slot].get();
+    // Every slot's type is guarded (or its identity, or its value): only an object of the same
+    // type can turn out to be the target.
+    if (slot == target->source || other == obj || Py_TYPE(other) != Py_TYPE(obj) ||
+        value->is_special_object() || value->bound_self) {
       continue;
     }
     guards_.add_distinct(slot, target->source);
   }
+}
+
+void EntryState::note_changed(int slot) {
+  PyObject* obj = live_value(slot);
+  if (obj == frame_.globals || obj == frame_.builtins) {
+    FJ_UNSUPPORTED(kSideEffect, "an item store into the globals dict");
+  }
+  for (const auto& [other, value] : by_slot_) {
+    if (other == slot) continue;
+    // The same object, or (an attribute or global read before) the namespace it was read from.
+    const Source& read = sources_.at(other);
+    bool reads_it = live_[other].get() == obj;
+    if (!reads_it && read.kind == SourceKind::kAttr) reads_it = attribute_dict(live_value(read.base)).get() == obj;
+    if (!reads_it && read.kind == SourceKind::kGlobalOf) reads_it = read.owner.ptr() == obj;
+    if (reads_it) {
+      FJ_UNSUPPORTED(kSideEffect, "a change of {}, which {} also reads", sources_.at(slot).text,
+                     read.text);
+    }
+  }
+  changed_.emplace(obj, slot);
 }
 
 void EntryState::guard_globals_dict(PyObject* globals) {

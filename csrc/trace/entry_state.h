@@ -73,9 +73,14 @@ class EntryState {
   // The objects read from two sources are not the same object (the trace took them as two).
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
   // Objects of the entry state that a write to `target` could also change if the caller passed
-  // the same object twice: every other object read by source (not modules, classes, functions:
-  // those are guarded by identity), each guarded to stay a different object than `target`.
+  // the same object twice: every other object of its type read by source (not modules,
+  // classes, functions: those are guarded by identity), each guarded to stay a different
+  // object than `target`.
   void guard_not_aliased(const ValuePtr& target);
+  // The object read from `slot` is changed by the trace (a list or dict it writes back at the
+  // exit): reading it through any other source is unsupported from now on (that value would
+  // not show the change), as is a change when another source read it already.
+  void note_changed(int slot);
   // The frame's globals dict is `globals` (a region that writes a global relies on it).
   void guard_globals_dict(PyObject* globals);
   // For a backend that runs any size: tensor guards check no sizes but the input dimensions in
@@ -99,6 +104,7 @@ class EntryState {
   std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
   std::vector<Rebuild> inputs_;
   std::set<std::pair<int, std::string>> class_attributes_guarded_;
+  std::unordered_map<PyObject*, int> changed_;  // see note_changed: live object -> its slot
 };
 
 }  // namespace framejit

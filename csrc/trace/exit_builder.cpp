@@ -11,6 +11,15 @@ void ExitBuilder::add_writes(const SideEffects& effects) {
     exit_.attr_writes.push_back(
         {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value)});
   }
+  for (const ValuePtr& container : effects.adopted()) {
+    // The list or dict the trace changed: its contents now, put into the real object (named
+    // None: the runtime replaces the contents rather than setting an attribute).
+    Rebuild contents;
+    contents.kind = container->kind == VKind::kList ? Rebuild::Kind::kList : Rebuild::Kind::kDict;
+    contents.keys = container->keys;
+    for (const auto& item : container->items) contents.items.push_back(rebuild_of(item));
+    exit_.attr_writes.push_back({Rebuild::slot(container->source), py::none(), std::move(contents)});
+  }
 }
 
 Rebuild ExitBuilder::memoised(Rebuild r, const ValuePtr& value) {

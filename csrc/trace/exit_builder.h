@@ -21,7 +21,8 @@ class ExitBuilder {
   // from its source; a tensor is a graph output (added once); containers, objects made in the
   // trace, iterators, cells and numbers are rebuilt from their parts.
   Rebuild rebuild_of(const ValuePtr& value);
-  // The attribute and global writes to replay at the exit, in program order.
+  // The attribute and global writes to replay at the exit, in program order, then the contents
+  // of the lists and dicts read by source that the trace changed.
   void add_writes(const SideEffects& effects);
   // The graph outputs the rebuilds refer to (the graph's output node takes them).
   std::vector<Arg> take_outputs() { return std::move(outputs_); }

@@ -73,9 +73,9 @@ bool size_typed(const ValuePtr& v) {
 }
 
 // `a + b` / `a += b` on tuples or lists holding traced values (tensors): the joined sequence.
-// `l += [x]` extends a list made in this region in place (one that existed before is the
-// caller's: that is a side effect, not traced). nullptr when the operands are not such.
-ValuePtr join_sequences(const OperatorInfo& op, const std::vector<ValuePtr>& args) {
+// `l += [x]` extends the list in place (one that existed before becomes the trace's, written
+// back at the exit). nullptr when the operands are not such.
+ValuePtr join_sequences(Tracer& t, const OperatorInfo& op, const std::vector<ValuePtr>& args) {
   const std::string fn = op.fn;
   if ((fn != "add" && fn != "iadd") || args.size() != 2) return nullptr;
   const ValuePtr& lhs = args[0];
@@ -102,10 +102,7 @@ ValuePtr join_sequences(const OperatorInfo& op, const std::vector<ValuePtr>& arg
     return Value::list(std::move(left));
   }
   if (fn == "iadd") {
-    if (lhs->source >= 0) {
-      FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
-                     lhs->describe());
-    }
+    t.make_writable(lhs);
     lhs->items.insert(lhs->items.end(), right.begin(), right.end());
     return lhs;
   }
@@ -135,14 +132,14 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   if (!args.empty() && args[0]->kind == VKind::kList && op.fn[0] == 'i') {
     // In place on a list value: `l += [x]` must change that list (others may alias it), never
     // fold into a new one.
-    if (ValuePtr joined = join_sequences(op, args)) return joined;
+    if (ValuePtr joined = join_sequences(t, op, args)) return joined;
     FJ_UNSUPPORTED(kSideEffect, "operator.{} on {}", op.fn, args[0]->describe());
   }
   // `+` joining tuples and lists that hold traced values: tensors, and size expressions, which
   // stay symbolic in a tuple (x.shape[:-1] + (2, -1)). Anything else on sizes needs the numbers.
   const bool constant = args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree();
   if (!constant && !(args[0]->kind == VKind::kList && args[0]->holds_size_expr())) {
-    if (ValuePtr joined = join_sequences(op, args)) return joined;
+    if (ValuePtr joined = join_sequences(t, op, args)) return joined;
   }
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());

@@ -103,6 +103,12 @@ void op_store_subscr(Tracer& t, const Instr&) {
   t.store_item(container, key, value);
 }
 
+void op_delete_subscr(Tracer& t, const Instr&) {  // [container, key] -> del container[key]
+  ValuePtr key = t.pop();
+  ValuePtr container = t.pop();
+  t.delete_item(container, key);
+}
+
 void op_store_attr(Tracer& t, const Instr& i) {  // [value, owner] -> owner.name = value
   ValuePtr owner = t.pop();
   ValuePtr value = t.pop();
@@ -122,6 +128,7 @@ void register_attr_ops(HandlerTable& table) {
   set(Op::BINARY_SUBSCR, op_binary_subscr);
   set(Op::BINARY_SLICE, op_binary_slice);
   set(Op::STORE_SUBSCR, op_store_subscr);
+  set(Op::DELETE_SUBSCR, op_delete_subscr);
   set(Op::STORE_ATTR, op_store_attr);
   set(Op::STORE_GLOBAL, op_store_global);
 }

@@ -63,18 +63,9 @@ void op_build_slice(Tracer& t, const Instr& i) {
   t.push(Value::constant(slice));
 }
 
-// A list that existed before the region (read by source) is the caller's object: appending to
-// it is a side effect the exit could not replay, so the region ends there.
-void check_mutable(const ValuePtr& container) {
-  if (container->source >= 0) {
-    FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
-                   container->describe());
-  }
-}
-
 void op_list_extend(Tracer& t, const Instr& i) {
   ValuePtr list = t.peek(static_cast<size_t>(i.arg));
-  check_mutable(list);
+  t.make_writable(list);
   ValuePtr items = t.pop();
   if (items->is_sequence()) {
     for (const auto& item : items->items) list->items.push_back(item);
@@ -96,14 +87,14 @@ void op_list_extend(Tracer& t, const Instr& i) {
 
 void op_list_append(Tracer& t, const Instr& i) {
   ValuePtr list = t.peek(static_cast<size_t>(i.arg));
-  check_mutable(list);
+  t.make_writable(list);
   ValuePtr item = t.pop();
   list->items.push_back(item);
 }
 
 void op_map_add(Tracer& t, const Instr& i) {  // dict comprehensions
   ValuePtr dict = t.peek(static_cast<size_t>(i.arg) + 1);
-  check_mutable(dict);
+  t.make_writable(dict);
   ValuePtr value = t.pop();
   ValuePtr key = t.pop();
   if (dict->kind != VKind::kDict) {
@@ -126,7 +117,7 @@ void op_dict_merge(Tracer& t, const Instr& i) { merge_into(t, i, true); }
 
 void merge_into(Tracer& t, const Instr& i, bool merge) {
   ValuePtr dict = t.peek(static_cast<size_t>(i.arg));
-  check_mutable(dict);
+  t.make_writable(dict);
   ValuePtr update = t.pop();
   std::vector<std::pair<py::object, ValuePtr>> entries;
   if (update->kind == VKind::kDict) {

@@ -80,6 +80,18 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     ValuePtr it = Value::iter(dict_view_items(*seq));
     it->over = seq->over;
     it->view = seq->method == "values" ? 'v' : seq->method == "items" ? 'i' : 'k';
+    for (py::handle key : py::list(seq->over->obj)) it->keys.push_back(py::reinterpret_borrow<py::object>(key));
+    seq->over->iterated = true;  // a change of its size ends the region first (make_writable)
+    return it;
+  }
+  if (seq->is(ObjRole::kPlain) && !seq->bound_self && seq->source >= 0 &&
+      PyDict_CheckExact(seq->obj.ptr())) {
+    // `for k in d` of a dict read by source: as `for k in d.keys()`.
+    ValuePtr it = Value::iter(dict_view(seq, "keys")->items);
+    it->over = seq;
+    it->view = 'k';
+    for (py::handle key : py::list(seq->obj)) it->keys.push_back(py::reinterpret_borrow<py::object>(key));
+    seq->iterated = true;
     return it;
   }
   std::vector<ValuePtr> items;

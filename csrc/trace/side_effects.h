@@ -1,6 +1,7 @@
 // Side effects of a region on objects that existed before it: attribute writes (and global
 // writes, as writes to the module owning the globals), kept in program order, read back by later
-// loads in the same trace, and replayed at the region's exit.
+// loads in the same trace, and replayed at the region's exit; and the lists and dicts read by
+// source that the trace changes in place, whose final contents the exit writes back.
 #pragma once
 
 #include <string>
@@ -29,6 +30,9 @@ class SideEffects {
   const ValuePtr* stored_global(PyObject* globals, const std::string& name) const;
   // In program order.
   const std::vector<PendingWrite>& writes() const { return writes_; }
+  // A list or dict read by source, now changed by the trace (Value::adopted).
+  void adopt(ValuePtr container) { adopted_.push_back(std::move(container)); }
+  const std::vector<ValuePtr>& adopted() const { return adopted_; }
 
   // The module whose __dict__ is `globals` (found through sys.modules[__name__]), if it is an
   // exact module: setattr on it is the dict store STORE_GLOBAL does. None otherwise (code run
@@ -37,6 +41,7 @@ class SideEffects {
 
  private:
   std::vector<PendingWrite> writes_;
+  std::vector<ValuePtr> adopted_;
 };
 
 }  // namespace framejit

@@ -175,6 +175,7 @@ void Tracer::build_exit_state(ExitKind kind) {
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
+  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container);
   exits_.add_writes(effects_);
   TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
@@ -334,6 +335,7 @@ void Tracer::finish(const ValuePtr& value) {
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
+  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container);
   exits_.add_writes(effects_);
   exit_.pc = instr().start;
   exit_.op_pc = instr().offset;

@@ -135,6 +135,8 @@ class Tracer {
   // loads in the trace, and replayed at the exit.
   void store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
   void store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
+  // del container[key] on a list or dict (one that existed before: see make_writable).
+  void delete_item(const ValuePtr& container, const ValuePtr& key);
   // getattr / hasattr / setattr with a constant name; an absent attribute is guarded absent.
   ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
@@ -163,6 +165,11 @@ class Tracer {
   // entry instruction (or, in an inlined callee, by any): an exception raised at the region's
   // entry would then skip a try/except the failing op was inside.
   bool crosses_handlers() const { return crosses_handlers_; }
+  // Before the trace changes `container` in place: a list or exact dict that existed before the
+  // region (read by source) becomes the trace's (Value::adopted; a dict's keys are guarded in
+  // order and its items read by source), and the exit writes its final contents into the real
+  // object. Nothing for containers the trace made; unsupported for anything else.
+  void make_writable(const ValuePtr& container);
   // list/tuple/dict methods answered or performed at trace time; nullptr when not handled.
   ValuePtr container_method(const std::string& name, const std::vector<ValuePtr>& args,
                             const KwValues& kwargs);

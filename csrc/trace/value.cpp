@@ -246,6 +246,16 @@ ValuePtr Value::next() {
   ValuePtr out;
   switch (iter_form) {
     case IterForm::kItems:
+      if (over && over->adopted) {
+        // A dict read by source that the trace has changed since the loop began: with the same
+        // keys in the same order, its entries as they are now; otherwise left to the real
+        // iterator over the real dict, which sees the change (or raises) as in Python.
+        bool same = over->keys.size() == keys.size();
+        for (size_t i = 0; same && i < keys.size(); ++i) same = over->keys[i].equal(keys[i]);
+        if (!same) FJ_UNSUPPORTED(kSideEffect, "a loop over a dict whose keys it changes");
+        if (index < keys.size()) out = dict_entry(*over, index++, view);
+        break;
+      }
       if (index < items.size()) out = items[index++];
       break;
     case IterForm::kOver:

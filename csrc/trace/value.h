@@ -94,7 +94,8 @@ struct Value {
   Node* node = nullptr;      // kTensor
   py::object device;         // kTensor: the real torch.device
   std::vector<ValuePtr> items;   // kTuple, kList, kDict (values)
-  std::vector<py::object> keys;  // kDict
+  std::vector<py::object> keys;  // kDict; kIter kItems over a dict read by source: its keys
+                                 // when the loop began
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
   std::string method;            // kObject kTypeMethod: the method's name
@@ -110,8 +111,12 @@ struct Value {
   ValuePtr over;                 // kIter kOver / kReversed: the list or dict value of the
                                  // trace; kObject kDictView: its dict
   size_t over_size = 0;          // kIter kOver a dict: its size when the loop started
-  bool iterated = false;         // kDict: a loop iterated it; a change of its size then ends
-                                 // the region first, so the real iterator raises as in Python
+  bool iterated = false;         // kDict (or a dict read by source): a loop iterated it; a
+                                 // change of its size then ends the region first, so the real
+                                 // iterator raises as in Python
+  bool adopted = false;          // kList / kDict read by source that the trace changes: its
+                                 // contents are the trace's, written into the real object at
+                                 // the exit (Tracer::make_writable)
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards

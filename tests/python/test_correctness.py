@@ -981,3 +981,71 @@ def test_an_inference_tensor_input_the_graph_does_not_write_allows_the_rerun():
     out, n = no_framejit_warnings(framejit.compile(f, backend="eager"), x.clone())
     ref, ref_n = f(x.clone())
     assert n == ref_n == 1000 and same(out, ref)
+
+
+# Found by the third long guard run (50,000 cases): a graph that wrote into an input and then
+# raised inside try/except could not run again as Python, so the error escaped the handler
+# (or a write happened twice), although every write could be undone.
+
+def _halve_in_try(x, other):
+    acc = x * 1
+    n = 0
+    try:
+        with torch.no_grad():
+            x.mul_(0.5)
+        acc = acc + other
+    except RuntimeError:
+        n = n + 1000
+    return acc, n
+
+
+def test_an_input_the_raising_graph_never_reached_needs_no_copy_put_back():
+    # `dt.mul_` ran, then `x.mul_` raised on an expanded x (no copy can go back into one):
+    # only dt is restored, and the region runs again as Python.
+    def f(x, dt):
+        dt.mul_(0.5)
+        try:
+            with torch.no_grad():
+                x.mul_(0.5)
+        except RuntimeError:
+            return dt * 1, 1000
+        return dt * 1, 0
+
+    compiled = framejit.compile(f, backend="eager")
+    for _ in range(2):
+        dt, ref_dt = torch.ones(4), torch.ones(4)
+        out = no_framejit_warnings(compiled, torch.randn(4).expand(2, 4), dt)
+        ref = f(torch.randn(4).expand(2, 4), ref_dt)
+        assert out[1] == ref[1] == 1000 and same(dt, ref_dt) and same(out[0], ref[0])
+
+
+def test_a_leaf_that_requires_grad_written_under_no_grad_is_put_back():
+    compiled = framejit.compile(_halve_in_try, backend="eager")
+    x = torch.randn(2, 4, requires_grad=True)
+    ref_x = x.detach().clone().requires_grad_()
+    for step in range(2):
+        other = torch.ones(4) if step == 0 else torch.ones(4, device="meta")  # raises on meta
+        out, n = no_framejit_warnings(compiled, x, other)
+        ref, ref_n = _halve_in_try(ref_x, other)
+        out.sum().backward()
+        ref.sum().backward()
+        assert n == ref_n and same(x, ref_x) and same(x.grad, ref_x.grad)
+
+
+def test_the_same_tensor_passed_twice_and_written_through_one_name_is_put_back():
+    def f(x, y, ints):
+        y.add_(1)  # y is x
+        acc = x * 1
+        try:
+            with torch.no_grad():
+                ints.mul_(0.5)  # an int64 tensor cannot take a float result: raises
+        except RuntimeError:
+            return acc, 1000
+        return acc, 0
+
+    compiled = framejit.compile(f, backend="eager")
+    x, ref_x = torch.zeros(4), torch.zeros(4)
+    out = no_framejit_warnings(compiled, x, x, torch.ones(4, dtype=torch.int64))
+    ref = f(ref_x, ref_x, torch.ones(4, dtype=torch.int64))
+    assert out[1] == ref[1] == 1000 and same(x, ref_x) and same(out[0], ref[0])
+

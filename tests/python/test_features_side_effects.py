@@ -1,4 +1,5 @@
-"""Feature tests for side effects: list appends and item stores on input containers and globals,
+"""Feature tests for side effects: list appends and item stores on input containers and globals
+(traced, the containers' contents written back at the region's exit),
 attribute writes on objects and modules, global rebinding and buffer updates. Each case runs
 compiled next to eager on separate but identical state, twice (the state carries over from the
 first call to the second, as it would in a program), and after every call compares the result
@@ -15,7 +16,6 @@ from framejit.testing import CompileCounter, same
 
 ONE = {"return"}  # one region that runs to the return: no break
 CALL = {"call", "return"}  # the runtime performs the call (append, print, ...) itself
-DEOPT = {"deopt"}  # CPython runs the frame from the side effect on
 
 
 class Record:
@@ -215,20 +215,21 @@ def rebind_global_counter(x):
 
 EFFECT_CASES = [
     # (function, make its state arguments, graphs after calls 1 and 2, region exits)
-    # list.append/extend/pop and dict.update on inputs: the runtime calls them; the
-    # container's new length is guarded, so the next region compiles again on the second call
-    (append_to_input_list, lambda: ([],), (2, 3), CALL),
-    (extend_input_list, lambda: ([],), (2, 3), CALL),
-    # item stores and del on inputs deopt at the store
-    (item_store_into_input_list, lambda: ([torch.zeros(2, 4)],), (1, 1), DEOPT),
-    (pop_from_input_list, lambda: ([1, 2, 3],), (1, 2), CALL),
-    (store_into_input_dict, lambda: ({},), (1, 1), DEOPT),
-    (update_input_dict, lambda: ({"a": 1},), (2, 3), CALL),
-    (delete_from_input_dict, lambda: ({0: "a", 1: "b", 2: "c"},), (0, 0), DEOPT),
-    (append_in_callee, lambda: ([],), (2, 3), CALL),
-    (append_then_read_length, lambda: ([],), (1, 2), CALL),
-    (appends_in_order_around_ops, lambda: ([],), (2, 3), CALL),
-    (append_print_append, lambda: ([],), (3, 5), CALL),
+    # appends, item stores, pop, update and del on input lists and dicts are traced and the
+    # container's final contents written back at the region's exit; its length (a list) or keys
+    # (a dict) are guarded, so the second call, on a longer container, compiles again
+    (append_to_input_list, lambda: ([],), (1, 2), ONE),
+    (extend_input_list, lambda: ([],), (1, 2), ONE),
+    (item_store_into_input_list, lambda: ([torch.zeros(2, 4)],), (1, 1), ONE),
+    (pop_from_input_list, lambda: ([1, 2, 3],), (1, 2), ONE),
+    (store_into_input_dict, lambda: ({},), (1, 2), ONE),
+    (update_input_dict, lambda: ({"a": 1},), (1, 2), ONE),
+    (delete_from_input_dict, lambda: ({0: "a", 1: "b", 2: "c"},), (1, 2), ONE),
+    (append_in_callee, lambda: ([],), (1, 2), ONE),
+    (append_then_read_length, lambda: ([],), (1, 2), ONE),
+    (appends_in_order_around_ops, lambda: ([],), (1, 2), ONE),
+    # print is a call the runtime makes: the first append is written back before it
+    (append_print_append, lambda: ([],), (2, 4), CALL),
     # attribute writes are recorded and replayed at the region's exit
     (attribute_write_on_argument, lambda: (Record(),), (1, 1), ONE),
     # the int attribute is guarded as a constant: its new value compiles again
@@ -273,9 +274,8 @@ def _set_global_state(state):
 
 GLOBAL_CASES = [
     # (function, graphs after calls 1 and 2, region exits)
-    (append_to_global_list, (2, 3), CALL),
-    # an item store into a global dict deopts
-    (store_into_global_dict, (1, 2), DEOPT),
+    (append_to_global_list, (1, 2), ONE),
+    (store_into_global_dict, (1, 2), ONE),
     (attribute_write_on_global_object, (1, 2), ONE),
     # STORE_GLOBAL is replayed at the exit (setattr on the module); the number read is guarded,
     # so each new count compiles again (as an int specialises in Dynamo)
@@ -366,3 +366,110 @@ def test_a_global_written_is_seen_through_its_module_object():
     x = rand(2, 3, seed=4)
     assert same(compiled(x), (x + 1) * 2) and same(STASH, x + 1)
     STASH = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Containers that existed before the region, changed by it: written back at the exit
+# ---------------------------------------------------------------------------------------------
+
+def append_to_one_read_the_other(x, a, b):
+    a.append(x * 2)
+    return x + len(b)
+
+
+def test_two_container_arguments_that_turn_out_to_be_one_compile_again():
+    # Traced with two lists; then called with one list twice: the write into `a` is also a
+    # write into `b`, so the region that took them as two must not run.
+    counter = CompileCounter()
+    compiled = framejit.compile(append_to_one_read_the_other, backend=counter)
+    x = rand(2, 3, seed=1)
+    a, b = [], [0]
+    assert same(compiled(x, a, b), x + 1) and len(a) == 1 and len(b) == 1
+    same_list = [0]
+    expected_list = [0]
+    expected = append_to_one_read_the_other(x, expected_list, expected_list)
+    assert same(compiled(x, same_list, same_list), expected) and len(same_list) == 2
+    assert counter.frame_count == 2
+
+
+def read_through_two_names(x, d, box):
+    d["k"] = x * 2
+    return box["d"]["k"] + 1  # the same dict, reached through another container
+
+
+def test_a_container_changed_and_read_through_another_source_is_not_read_stale():
+    d = {"k": rand(2, 3, seed=2)}
+    box = {"d": d}
+    eager_d = {"k": d["k"].clone()}
+    expected = read_through_two_names(rand(2, 3, seed=3), eager_d, {"d": eager_d})
+    out = framejit.compile(read_through_two_names, backend=CompileCounter())(rand(2, 3, seed=3), d, box)
+    assert same(out, expected) and same(d, eager_d)
+
+
+def scale_every_value(x, d):
+    for k in d:
+        d[k] = x * d[k]
+    return d
+
+
+def add_a_key_per_key(x, d):
+    for k in d:
+        d[k + "x"] = x
+    return d
+
+
+def test_a_loop_over_an_input_dict_writing_its_values_is_one_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(scale_every_value, backend=counter)
+    for seed in (1, 2):
+        x = rand(2, 3, seed=seed)
+        d = {"a": 1.5, "b": 2.0}
+        out = compiled(x, d)
+        assert out is d and same(d, {"a": x * 1.5, "b": x * 2.0})
+    assert counter.frame_count == 1 and region_exits(scale_every_value) == ONE
+
+
+def test_a_loop_growing_the_input_dict_it_iterates_raises_as_in_python():
+    compiled = framejit.compile(add_a_key_per_key, backend=CompileCounter())
+    d, eager_d = {"a": 1}, {"a": 1}
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        add_a_key_per_key(rand(2, seed=1), eager_d)
+    with pytest.raises(RuntimeError, match="changed size during iteration"):
+        compiled(rand(2, seed=1), d)
+    assert list(d) == list(eager_d)
+
+
+def wrapper(x, **kwargs):
+    return_dict = kwargs.pop("return_dict", True)
+    scale = kwargs.pop("scale", 1.0) if "scale" in kwargs else kwargs.get("scale", 1.0)
+    kwargs["seen"] = True
+    out = inner(x * scale, **kwargs)
+    return out if return_dict else (out,)
+
+
+def inner(x, seen=False, bias=0.0):
+    return x + bias if seen else x
+
+
+def test_the_frames_own_kwargs_popped_read_and_passed_on_is_one_graph():
+    # transformers' decorators: `kwargs.pop("return_dict", ...)` on the wrapper's **kwargs.
+    counter = CompileCounter()
+    compiled = framejit.compile(wrapper, backend=counter)
+    for seed in (1, 2):
+        x = rand(2, 3, seed=seed)
+        for kw in ({}, {"return_dict": False, "scale": 2.0, "bias": 1.0}):
+            assert same(compiled(x, **kw), wrapper(x, **kw))
+    assert counter.frame_count == 2 and region_exits(wrapper) == ONE
+
+
+def test_a_container_written_back_keeps_no_references():
+    import gc
+    import weakref
+    compiled = framejit.compile(append_to_input_list, backend=CompileCounter())
+    log = []
+    x = rand(2, 3, seed=1)
+    compiled(x, log)
+    ref = weakref.ref(log[0])
+    log.clear()
+    gc.collect()
+    assert ref() is None
