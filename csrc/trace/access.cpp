@@ -203,6 +203,26 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
           return read;
         }
       }
+      if (PyCode_Check(obj) && name.rfind("co_", 0) == 0) {
+        // A code object is immutable (and guarded by identity where read by source).
+        py::object value;
+        try {
+          value = base->obj.attr(name.c_str());
+        } catch (const py::error_already_set&) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "code object has no attribute '{}'", name);
+        }
+        return Value::constant(std::move(value));
+      }
+      if (PyFunction_Check(obj) && base->source >= 0 &&
+          (name == "__name__" || name == "__qualname__" || name == "__module__" ||
+           name == "__doc__" || name == "__code__" || name == "__defaults__" ||
+           name == "__kwdefaults__" || name == "__globals__")) {
+        // A function's own attributes (functools.wraps copies them; decorators read
+        // func.__name__, func.__code__.co_varnames): read, and guarded, by source.
+        ValuePtr value = entry_.load(entry_.sources().attr(base->source, name));
+        if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+        return value;
+      }
       if (name == "__dict__" && base->source >= 0 && !PyType_Check(obj) &&
           PyObject_HasAttrString(obj, "__dict__")) {
         ValuePtr state = entry_.load(how == AttrLookup::kGeneric
@@ -304,7 +324,29 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
     store_attr(args[0], name, args[2]);
     return Value::constant(py::none());
   }
-  const bool present = attribute_present(args[0], name);
+  const ValuePtr& base = args[0];
+  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr())) {
+    // A class with its own __getattribute__ (and no __getattr__ to fall back on): Python calls
+    // it, so the trace inlines it; an AttributeError from the lookup it makes gives the default
+    // (hasattr: False).
+    static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
+    static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
+    PyTypeObject* type = Py_TYPE(base->obj.ptr());
+    PyObject* hook = _PyType_Lookup(type, kGetattribute);  // Borrowed
+    if (hook != nullptr && PyFunction_Check(hook) && _PyType_Lookup(type, kGetattr) == nullptr &&
+        (which == "hasattr" || args.size() == 3)) {
+      if (base->source >= 0) {
+        guard_class_attribute(base, "__getattribute__", true, /*same_object=*/true);
+        guard_class_attribute(base, "__getattr__", false);
+      }
+      inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
+                  {base, Value::constant(py::str(name))}, {});
+      frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
+      if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
+      return nullptr;
+    }
+  }
+  const bool present = attribute_present(base, name);
   if (which == "hasattr") return Value::constant(py::bool_(present));
   if (present) return read_attribute(args[0], name, AttrLookup::kValue);
   if (args.size() == 3) return args[2];
@@ -359,7 +401,7 @@ void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name
   }
 }
 
-bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
+bool Tracer::attribute_present(const ValuePtr& base, const std::string& name, bool generic) {
   switch (base->kind) {
     case VKind::kConst:
       return PyObject_HasAttrString(base->obj.ptr(), name.c_str()) == 1;
@@ -382,7 +424,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
       if (effects_.pending(base, name)) return true;  // stored earlier in this region
-      py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name);
+      py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name, generic);
       const auto verdict = how[0].cast<Presence>();
       if (verdict == Presence::kUnknown) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {} (a property, slot or __getattr__ "

@@ -358,7 +358,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (!name || !name->is_const() || !PyUnicode_CheckExact(name->obj.ptr())) {
       FJ_UNSUPPORTED(kUnsupportedCall, "object.__getattribute__ with a name not known at trace time");
     }
-    return read_attribute(fn->bound_self, name->obj.cast<std::string>(), AttrLookup::kGeneric);
+    const std::string attribute = name->obj.cast<std::string>();
+    if (fn->bound_self->is(ObjRole::kPlain) && !fn->bound_self->bound_self &&
+        !attribute_present(fn->bound_self, attribute, /*generic=*/true)) {
+      raise_missing_attribute(fn->bound_self, attribute);  // guarded absent by attribute_present
+      return nullptr;
+    }
+    return read_attribute(fn->bound_self, attribute, AttrLookup::kGeneric);
   }
   if (fn->is_special_object()) {
     const std::string& name = fn->method;

@@ -21,7 +21,7 @@ bool is_constant_type(PyObject* obj) {
 }
 
 bool is_identity_object(PyObject* obj) {
-  return PyModule_Check(obj) || PyFunction_Check(obj) || PyCFunction_Check(obj) ||
+  return PyModule_Check(obj) || PyFunction_Check(obj) || PyCFunction_Check(obj) || PyCode_Check(obj) ||
          PyType_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
          Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type;
 }

@@ -327,6 +327,7 @@ void Tracer::finish(const ValuePtr& value) {
   if (inlined()) {
     ValuePtr result = frame().generator ? Value::iter(std::move(frame().yields))
                       : frame().constructed ? frame().constructed
+                      : frame().on_found    ? frame().on_found
                                             : value;
     frames_.pop_back();
     push(result);
@@ -344,6 +345,22 @@ void Tracer::finish(const ValuePtr& value) {
   add_number_checks(exit_);
   recorder_.finish(exits_.take_outputs());
   finished_ = true;
+}
+
+void Tracer::raise_missing_attribute(const ValuePtr& base, const std::string& name) {
+  // From the innermost frame out: the instruction each is at (the call into the frame above,
+  // for the callers) must lie in no try block, which could catch the error first.
+  for (size_t d = frames_.size(); d-- > 1;) {
+    const TraceFrame& f = *frames_[d];
+    const int at = d + 1 == frames_.size() ? f.pc : frames_[d + 1]->call_site;
+    if (f.bytecode->at(at).handler >= 0) break;
+    if (!f.on_missing) continue;
+    ValuePtr result = f.on_missing;
+    frames_.resize(d);  // the __getattribute__ call and everything it called
+    push(std::move(result));
+    return;
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}' (AttributeError)", base->describe(), name);
 }
 
 bool Tracer::stack_holds_size_expr() const {

@@ -59,6 +59,12 @@ struct TraceFrame {
   std::vector<ValuePtr> yields;
   // An __init__ inlined for a new object: the call's result is this object, not None.
   ValuePtr constructed;
+  // A class's own __getattribute__ inlined for getattr(obj, name, default) / hasattr: an
+  // attribute found missing (object.__getattribute__'s AttributeError) in it or in what it
+  // calls makes the call's result `on_missing` (the default, False); a return makes it
+  // `on_found` where set (True), else the value returned.
+  ValuePtr on_missing;
+  ValuePtr on_found;
 };
 
 class Tracer {
@@ -140,7 +146,13 @@ class Tracer {
   // getattr / hasattr / setattr with a constant name; an absent attribute is guarded absent.
   ValuePtr attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
-  bool attribute_present(const ValuePtr& base, const std::string& name);
+  // generic: as object.__getattribute__ finds it (past the class's own __getattribute__).
+  bool attribute_present(const ValuePtr& base, const std::string& name, bool generic = false);
+  // object.__getattribute__ found no attribute `name` on base: AttributeError. Caught by the
+  // innermost getattr-with-default / hasattr whose __getattribute__ call is being traced (its
+  // frames are dropped and its result pushed) when no try block lies in between; else
+  // unsupported.
+  void raise_missing_attribute(const ValuePtr& base, const std::string& name);
   // A guard that looking `name` up on the class of `base` (or on `base`, a class) finds
   // something iff `present` (with `same_object`: finds what it finds now, a method replaced on
   // the class fails it).

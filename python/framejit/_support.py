@@ -328,18 +328,20 @@ def resolve_attribute(obj, name: str):
     return _class_level_kind(found, None)
 
 
-def attribute_presence(obj, name: str):
+def attribute_presence(obj, name: str, generic: bool = False):
     """Whether ``hasattr(obj, name)`` holds, decided without running user code: (verdict,
     store) with verdict a Presence: PRESENT, ABSENT or UNKNOWN (a property or slot that may raise, a
     __getattr__ other than nn.Module's that could make it up); store is the instance dict
     holding a present attribute ("__dict__", or an nn.Module's "_parameters" / "_buffers" /
-    "_modules"), None when the class (or a metaclass) provides it."""
+    "_modules"), None when the class (or a metaclass) provides it. generic: as
+    object.__getattribute__ finds it (past a class's own __getattribute__, never calling
+    __getattr__)."""
     if isinstance(obj, type):
         if _class_attribute(obj, name) is not _MISSING or _class_attribute(type(obj), name) is not _MISSING:
             return (Presence.PRESENT, None)
         hook = _class_attribute(type(obj), "__getattr__")
         return (Presence.UNKNOWN if hook is not _MISSING else Presence.ABSENT, None)
-    if isinstance(_class_attribute(type(obj), "__getattribute__"), types.FunctionType):
+    if not generic and isinstance(_class_attribute(type(obj), "__getattribute__"), types.FunctionType):
         return (Presence.UNKNOWN, None)  # the class's own __getattribute__ decides
     store = _instance_store(obj, name)
     if store is not None:
@@ -353,7 +355,7 @@ def attribute_presence(obj, name: str):
             return (Presence.UNKNOWN, None)
         return (Presence.PRESENT, None)
     hook = _class_attribute(type(obj), "__getattr__")
-    if hook is not _MISSING and hook is not torch.nn.Module.__getattr__:
+    if not generic and hook is not _MISSING and hook is not torch.nn.Module.__getattr__:
         return (Presence.UNKNOWN, None)
     return (Presence.ABSENT, None)
 

@@ -1,0 +1,128 @@
+"""Python the way libraries write it (issue #16), each construct compiled next to eager with its
+graph count: configs with their own __getattribute__ read through getattr / hasattr, decorators
+reading the function they wrap, the frame's own **kwargs changed, set displays and `in` on sets.
+The patterns are transformers' (PreTrainedConfig, merge_with_config_defaults, can_return_tuple),
+written out small."""
+import functools
+
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, regions, same
+
+
+class Mixin:
+    def __getattribute__(self, key):
+        spec = super().__getattribute__("__dict__").get("_spec")
+        if spec is not None and key in spec:
+            raise AttributeError(f"{key} is per layer")
+        return super().__getattribute__(key)
+
+
+class Config(Mixin):
+    """A config that renames attributes through its own __getattribute__, as transformers' do."""
+    attribute_map = {"hidden_size": "n_embd"}
+
+    def __init__(self):
+        self.n_embd = 3
+        self.use_cache = True
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+def reads_config(x, config):
+    layer = getattr(config, "vision_feature_layer", None)  # missing: the default
+    size = getattr(config, "hidden_size", 7)  # renamed to n_embd by the hook
+    cache = hasattr(config, "use_cache") and hasattr(config, "not_there") is False
+    return x * size + (1 if layer is None else layer) + int(cache)
+
+
+def run_both(fn, *args, counter=None):
+    counter = counter or CompileCounter()
+    out = framejit.compile(fn, backend=counter)(*args)
+    assert same(out, fn(*args))
+    return counter
+
+
+def test_getattr_and_hasattr_through_a_configs_own_getattribute_are_one_graph():
+    config = Config()
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_config, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert same(compiled(x, config), reads_config(x, config))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(reads_config)] == ["return"]
+    config.vision_feature_layer = 5  # now present: the guard on the instance dict fails
+    assert same(compiled(x, config), reads_config(x, config))
+    assert counter.frame_count == 2
+
+
+def test_an_attribute_error_raised_by_the_hook_itself_is_left_to_python():
+    # The hook raises AttributeError itself (a RAISE the trace does not model): the region
+    # leaves that lookup to Python, and getattr's default still comes out.
+    config = Config()
+    config._spec = {"hidden_size"}
+    counter = run_both(reads_config, torch.randn(3), config)
+    assert counter.frame_count >= 1
+
+
+def test_getattr_inside_a_try_block_of_the_hook_is_left_to_python():
+    class Guarded:
+        def __init__(self):
+            self.a = 1
+
+        def __getattribute__(self, key):
+            try:
+                return object.__getattribute__(self, key)
+            except AttributeError:
+                return "fallback"
+
+    def f(x, obj):
+        return x + len(getattr(obj, "missing", "xy"))
+
+    run_both(f, torch.randn(2), Guarded())  # "fallback": 8 characters, not 2
+
+
+def wraps_and_reads(func):
+    @functools.wraps(func)
+    def wrapper(self_or_x, *args, **kwargs):
+        name = func.__name__
+        if "scale" in func.__code__.co_varnames:
+            kwargs.setdefault("scale", 2.0)
+        out = func(self_or_x, *args, **kwargs)
+        return out + len(name)
+    return wrapper
+
+
+@wraps_and_reads
+def scaled(x, scale=1.0):
+    return x * scale
+
+
+def test_a_decorator_reading_the_wrapped_functions_name_and_code_is_one_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(scaled, backend=counter)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert same(compiled(x), scaled(x))
+        assert same(compiled(x, scale=3.0), scaled(x, scale=3.0))
+    assert counter.frame_count == 2  # the keywords given differ: two regions, no break
+
+
+def test_a_renamed_function_compiles_again():
+    def inner(x):
+        return x * 2
+
+    def f(x, fn):
+        return fn(x) + len(fn.__name__)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.randn(2)
+    assert same(compiled(x, inner), f(x, inner))
+    inner.__name__ = "a_much_longer_name"
+    assert same(compiled(x, inner), f(x, inner))
+    assert counter.frame_count == 2
