@@ -213,15 +213,31 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         }
         return Value::constant(std::move(value));
       }
-      if (PyFunction_Check(obj) && base->source >= 0 &&
-          (name == "__name__" || name == "__qualname__" || name == "__module__" ||
-           name == "__doc__" || name == "__code__" || name == "__defaults__" ||
-           name == "__kwdefaults__" || name == "__globals__")) {
+      const bool names = name == "__name__" || name == "__qualname__" || name == "__module__";
+      if ((PyFunction_Check(obj) && (names || name == "__doc__" || name == "__code__" ||
+                                     name == "__defaults__" || name == "__kwdefaults__" ||
+                                     name == "__globals__")) ||
+          (PyType_Check(obj) && names)) {
         // A function's own attributes (functools.wraps copies them; decorators read
-        // func.__name__, func.__code__.co_varnames): read, and guarded, by source.
+        // func.__name__, func.__code__.co_varnames), a class's names: read, and guarded, by
+        // source (a constant for a value read without one).
+        if (base->source < 0) return wrap_unsourced(base->obj.attr(name.c_str()));
         ValuePtr value = entry_.load(entry_.sources().attr(base->source, name));
         if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
         return value;
+      }
+      if (name == "__class__" && !base->is_special_object() && !base->bound_self) {
+        // type(obj), as object.__class__ gives it (a class can only lie about it through a
+        // property, which _PyType_Lookup would find first).
+        PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), py::str(name).ptr());  // Borrowed
+        if (on_class == reinterpret_cast<PyObject*>(
+                          PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__class__"))) {
+          if (base->source >= 0) {
+            ValuePtr cls = entry_.load(entry_.sources().attr(base->source, "__class__"));
+            if (cls) return cls;
+          }
+          return Value::object(type_of(base));
+        }
       }
       if (name == "__dict__" && base->source >= 0 && !PyType_Check(obj) &&
           PyObject_HasAttrString(obj, "__dict__")) {

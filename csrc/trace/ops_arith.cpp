@@ -255,6 +255,22 @@ void op_contains(Tracer& t, const Instr& i) {
              PyDict_CheckExact(container->obj.ptr())) {
     found = PyDict_Contains(container->obj.ptr(), key.ptr()) == 1;
     t.entry().guard_dict_contains(container->source, key.ptr(), found);
+  } else if (container->is(ObjRole::kPlain) && container->source >= 0 &&
+             (PySet_CheckExact(container->obj.ptr()) || PyFrozenSet_CheckExact(container->obj.ptr())) &&
+             PySet_GET_SIZE(container->obj.ptr()) <= 64) {
+    // A set read by source (a module's or class's table of names): guarded equal to a copy of
+    // what it holds now (the set itself would always equal itself), then asked.
+    PyObject* set = container->obj.ptr();
+    py::object now = PySet_CheckExact(set) ? py::reinterpret_steal<py::object>(PySet_New(set))
+                                           : py::reinterpret_borrow<py::object>(set);
+    if (!now) throw py::error_already_set();
+    t.entry().guard_const(container->source, now.ptr());
+    const int has = PySet_Contains(container->obj.ptr(), key.ptr());
+    if (has < 0) {
+      PyErr_Clear();
+      FJ_UNSUPPORTED(kUnsupportedValue, "'in' on {} with {}", container->describe(), needle->describe());
+    }
+    found = has == 1;
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "'in' on {}", container->describe());
   }

@@ -14,6 +14,56 @@ void op_build_list(Tracer& t, const Instr& i) {
   t.push(Value::list(t.pop_n(static_cast<size_t>(i.arg))));
 }
 
+// Sets hold constants only: a set the trace builds (a display, a comprehension) is a constant
+// value holding a set of its own, changed only by the SET_ADD / SET_UPDATE that build it and
+// rebuilt as a copy wherever it leaves the trace.
+void add_to_set(Tracer& t, PyObject* set, const ValuePtr& item_in) {
+  const ValuePtr item = t.sizes().concretize(item_in);
+  if (!item->is_constant_tree()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "a set of {}", item->describe());
+  }
+  py::object key = item->as_python();
+  if (PyObject_Hash(key.ptr()) == -1 || PySet_Add(set, key.ptr()) < 0) {
+    PyErr_Clear();  // unhashable: Python raises TypeError at this instruction
+    FJ_UNSUPPORTED(kUnsupportedValue, "a set item {} that cannot be hashed", item->describe());
+  }
+}
+
+PyObject* building_set(const ValuePtr& set) {
+  if (!set->is_const() || !PySet_CheckExact(set->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "adding to {}", set->describe());
+  }
+  return set->obj.ptr();
+}
+
+void op_build_set(Tracer& t, const Instr& i) {
+  std::vector<ValuePtr> items = t.pop_n(static_cast<size_t>(i.arg));
+  py::object set = py::reinterpret_steal<py::object>(PySet_New(nullptr));
+  if (!set) throw py::error_already_set();
+  for (const ValuePtr& item : items) add_to_set(t, set.ptr(), item);
+  t.push(Value::constant(std::move(set)));
+}
+
+void op_set_add(Tracer& t, const Instr& i) {  // set comprehensions
+  PyObject* set = building_set(t.peek(static_cast<size_t>(i.arg)));
+  ValuePtr item = t.pop();
+  add_to_set(t, set, item);
+}
+
+void op_set_update(Tracer& t, const Instr& i) {  // {*a, *b}, and displays of constants
+  PyObject* set = building_set(t.peek(static_cast<size_t>(i.arg)));
+  ValuePtr items = t.pop();
+  if (items->is_const() && (PyFrozenSet_CheckExact(items->obj.ptr()) || PySet_CheckExact(items->obj.ptr()) ||
+                            PyTuple_CheckExact(items->obj.ptr()))) {
+    for (py::handle item : items->obj) {
+      add_to_set(t, set, Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    return;
+  }
+  if (!items->is_sequence()) FJ_UNSUPPORTED(kUnsupportedValue, "set.update with {}", items->describe());
+  for (const ValuePtr& item : items->items) add_to_set(t, set, item);
+}
+
 py::object constant_key(const ValuePtr& key) {
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "dict key {} not known at trace time", key->describe());
@@ -206,6 +256,9 @@ void register_build_ops(HandlerTable& table) {
   auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
   set(Op::BUILD_TUPLE, op_build_tuple);
   set(Op::BUILD_LIST, op_build_list);
+  set(Op::BUILD_SET, op_build_set);
+  set(Op::SET_ADD, op_set_add);
+  set(Op::SET_UPDATE, op_set_update);
   set(Op::BUILD_MAP, op_build_map);
   set(Op::BUILD_CONST_KEY_MAP, op_build_const_key_map);
   set(Op::BUILD_SLICE, op_build_slice);

@@ -247,6 +247,31 @@ example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))
 
 
+class _RenamingConfig:
+    attribute_map = {"width": "n_embd"}
+
+    def __init__(self):
+        self.n_embd = 2
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+CONFIG = _RenamingConfig()
+example("getattr(config, \"use_cache\", None)")(
+    lambda x: x * getattr(CONFIG, "width", 1) if getattr(CONFIG, "use_cache", None) is None else x)
+
+
+def _wrapped(x, scale=2):
+    return x * scale
+
+
+example("func.__code__.co_varnames")(
+    lambda x: x * len(_wrapped.__code__.co_varnames) + len(_wrapped.__name__))
+
+
 HOLDER = types.SimpleNamespace(n=0)
 
 

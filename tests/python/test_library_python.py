@@ -126,3 +126,38 @@ def test_a_renamed_function_compiles_again():
     inner.__name__ = "a_much_longer_name"
     assert same(compiled(x, inner), f(x, inner))
     assert counter.frame_count == 2
+
+
+OUTPUT_KEYS = {"hidden_states", "attentions"}
+
+
+class Named(torch.nn.Module):
+    def forward(self, x):
+        seen = {k for k in ("a", "c", "a")}  # a set comprehension
+        table = {1, 2, *seen}  # a display with an unpacked set
+        hits = ("attentions" in OUTPUT_KEYS) + ("loss" in OUTPUT_KEYS) + ("c" in seen)
+        return x * len(table) + hits + len(self.__class__.__name__)
+
+
+def test_set_displays_comprehensions_and_in_on_a_global_set_are_one_graph():
+    model = Named()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert same(compiled(x), model(x))
+    assert counter.frame_count == 1
+    OUTPUT_KEYS.add("loss")  # the set changed in place: its guard fails, no stale answer
+    try:
+        assert same(compiled(x), model(x))
+        assert counter.frame_count == 2
+    finally:
+        OUTPUT_KEYS.discard("loss")
+
+
+def test_a_set_of_tensors_is_left_to_python():
+    def f(x):
+        s = {x, x * 2}
+        return len(s) * x
+
+    run_both(f, torch.randn(2))
