@@ -79,6 +79,14 @@ void GuardSet::add_distinct(int slot, int other) {
   sorted_ = false;
 }
 
+void GuardSet::add_same(int slot, int other) {
+  if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
+  Guard guard{GuardKind::kSame, slot, py::none()};
+  guard.n = other;
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
 void GuardSet::sort() const {
   by_slot_ = guards_;
   std::stable_sort(by_slot_.begin(), by_slot_.end(),
@@ -93,6 +101,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return reinterpret_cast<PyObject*>(Py_TYPE(value)) == expected;
     case GuardKind::kDistinct:
       return value != slots[guard.n];
+    case GuardKind::kSame:
+      return value == slots[guard.n];
     case GuardKind::kId:
       return value == expected;
     case GuardKind::kConstEq:
@@ -175,6 +185,8 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
                          reinterpret_cast<PyTypeObject*>(guard.expected.ptr())->tp_name);
     case GuardKind::kDistinct:
       return fmt::format("NOT_SAME {} is not {}", src, sources.at(static_cast<int>(guard.n)).text);
+    case GuardKind::kSame:
+      return fmt::format("SAME {} is {}", src, sources.at(static_cast<int>(guard.n)).text);
     case GuardKind::kId:
       return fmt::format("ID_MATCH {} is {}", src, safe_repr(guard.expected));
     case GuardKind::kConstEq:

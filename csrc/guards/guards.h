@@ -21,6 +21,7 @@ enum class GuardKind : uint8_t {
   kDictContains,  // (key in value) == flag, value a dict
   kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict
   kDistinct,      // value is not the value of slot n (two sources the trace took as two objects)
+  kSame,          // value is the value of slot n (two sources the trace found to be one object)
   kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
                   // name up on it finds something iff present (and, unless found is None, finds
                   // found itself). Fast path: the class's attribute
@@ -78,6 +79,7 @@ class GuardSet {
                         PyObject* found = nullptr);
   // The values of the two slots are not the same object.
   void add_distinct(int slot, int other);
+  void add_same(int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
   // sizes except those in `fixed` (dims by source slot): for a trace that read only those
   // into Python, handed to a backend that runs any size.

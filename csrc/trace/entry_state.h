@@ -72,6 +72,8 @@ class EntryState {
   void guard_class_attribute_is(int slot, PyTypeObject* type, PyObject* name);
   // The objects read from two sources are not the same object (the trace took them as two).
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
+  // The objects read from two sources are one object.
+  void guard_same(int slot, int other) { guards_.add_same(slot, other); }
   // Objects of the entry state that a write to `target` could also change if the caller passed
   // the same object twice: every other object of its type read by source (not modules,
   // classes, functions: those are guarded by identity), each guarded to stay a different

@@ -184,11 +184,25 @@ void op_binary(Tracer& t, const Instr& i) {
   t.push(apply(t, kBinaryOps[i.arg], {lhs, rhs}));
 }
 
+bool same_object_guarded(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs);
+
+// An object whose class compares as object does (Enum members, plain instances): `==` is `is`.
+bool compares_by_identity(const ValuePtr& v) {
+  return v->is(ObjRole::kPlain) && !v->bound_self &&
+         Py_TYPE(v->obj.ptr())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+}
+
 void op_compare(Tracer& t, const Instr& i) {
   const int index = pyver::compare_op(i.arg);
   FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
+  const std::string fn = kCompareOps[index].fn;
+  if ((fn == "eq" || fn == "ne") && compares_by_identity(lhs) && compares_by_identity(rhs)) {
+    const bool same = same_object_guarded(t, lhs, rhs);
+    t.push(Value::constant(py::bool_(fn == "eq" ? same : !same)));
+    return;
+  }
   t.push(apply(t, kCompareOps[index], {lhs, rhs}));
 }
 
@@ -213,6 +227,39 @@ bool made_in_trace(const ValuePtr& v) {
 }
 
 // `a is b`: decided at trace time when both sides are known or of different kinds.
+// `a is b` for two objects of the entry state, decided now and guarded: two sources found to be
+// one object (or two) must be so on every call. Objects guarded by identity (modules, classes,
+// functions) and constants need nothing more.
+bool same_object_guarded(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs) {
+  const bool same = lhs->obj.ptr() == rhs->obj.ptr();
+  auto guarded_alone = [](const ValuePtr& v) {
+    return v->kind == VKind::kConst || is_identity_object(v->obj.ptr()) || v->is_special_object() ||
+           v->bound_self;
+  };
+  if (guarded_alone(lhs) || guarded_alone(rhs)) return same;
+  if (lhs->source >= 0 && rhs->source >= 0) {
+    if (lhs->source == rhs->source) return true;
+    if (same) {
+      t.entry().guard_same(lhs->source, rhs->source);
+    } else {
+      t.entry().guard_distinct(lhs->source, rhs->source);
+    }
+    return same;
+  }
+  const ValuePtr& sourced = lhs->source >= 0 ? lhs : rhs;
+  if (sourced->source >= 0) {
+    // The other is a fixed object (read through unguarded constants): the same one only if
+    // this source gives it again.
+    if (same) {
+      t.entry().guard_id(sourced->source, sourced->obj.ptr());
+      return true;
+    }
+    FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and an object read without a guard",
+                   sourced->describe());
+  }
+  return same;
+}
+
 void op_is(Tracer& t, const Instr& i) {
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
@@ -225,7 +272,7 @@ void op_is(Tracer& t, const Instr& i) {
     same = false;
   } else if ((lhs->kind == VKind::kConst || lhs->kind == VKind::kObject) &&
              (rhs->kind == VKind::kConst || rhs->kind == VKind::kObject)) {
-    same = lhs->obj.ptr() == rhs->obj.ptr();
+    same = same_object_guarded(t, lhs, rhs);
   } else if ((lhs->is_tensor() && rhs->is_const()) || (lhs->is_const() && rhs->is_tensor())) {
     same = false;  // a tensor is never a constant such as None
   } else {

@@ -1049,3 +1049,21 @@ def test_the_same_tensor_passed_twice_and_written_through_one_name_is_put_back()
     ref = f(ref_x, ref_x, torch.ones(4, dtype=torch.int64))
     assert out[1] == ref[1] == 1000 and same(x, ref_x) and same(out[0], ref[0])
 
+
+
+def test_is_between_two_arguments_is_guarded():
+    # `a is b` of two objects read by source was decided once: traced with one object passed
+    # twice, a call with two objects reused the answer.
+    class Box:
+        pass
+
+    def f(x, a, b):
+        return x + 1 if a is b else x - 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    one, other = Box(), Box()
+    x = torch.zeros(2)
+    for a, b in ((one, one), (one, other), (other, other), (other, one)):
+        assert same(compiled(x, a, b), f(x, a, b))
+    assert counter.frame_count == 2

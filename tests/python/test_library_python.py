@@ -161,3 +161,23 @@ def test_a_set_of_tensors_is_left_to_python():
         return len(s) * x
 
     run_both(f, torch.randn(2))
+
+
+def test_enum_members_compared_with_eq_are_one_graph_per_member():
+    import enum
+
+    class Action(enum.Enum):
+        NONE = "none"
+        RAISE = "raise"
+
+    def f(x, action):
+        if action == Action.NONE:  # Enum compares by identity: `==` is `is`, guarded
+            return x + 1
+        return x - 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.zeros(2)
+    for action in (Action.NONE, Action.RAISE, Action.NONE, Action.RAISE):
+        assert same(compiled(x, action), f(x, action))
+    assert counter.frame_count == 2 and all(r["exit"] == "return" for r in regions(f))
