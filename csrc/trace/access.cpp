@@ -372,6 +372,8 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
 
 namespace {
 
+bool has_instance_dict(PyObject* obj) { return Py_TYPE(obj)->tp_dictoffset != 0; }
+
 // A class's attribute version tag, assigned first if it has none (0: it cannot get one, as
 // when CPython's tags ran out). CPython resets the tag whenever an attribute of the class or
 // of a base is set or deleted (PyType_Modified).
@@ -425,7 +427,15 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name, bo
       // A tensor's attributes are its class's (attributes set on a tensor object are not
       // traced).
       if (PyObject_HasAttrString(PyRefs::get().tensor_type.ptr(), name.c_str()) == 1) return true;
-      FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on a tensor", name);
+      if (base->source < 0) return false;  // made in the trace: nothing was set on it
+      if (PyObject_HasAttrString(entry_.live_value(base->source), name.c_str()) == 1 ||
+          !has_instance_dict(entry_.live_value(base->source))) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on a tensor", name);
+      }
+      // torch.Tensor's attributes are stable (as torch's namespaces): the tensor's own dict
+      // must keep lacking it (transformers asks `hasattr(x, "jax")`).
+      guard_instance_dict(*this, base, "__dict__", name, false);
+      return false;
     case VKind::kObject: {
       if (base->is(ObjRole::kNewObject)) {
         // Attributes stored by the trace are not on the object yet.
@@ -575,6 +585,10 @@ void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
   const auto kind = how[0].cast<AttrKind>();
   if (kind == AttrKind::kProperty || kind == AttrKind::kFunction) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, which the class defines", name);
+  }
+  if (entry_.namespace_changed(target->obj.ptr())) {
+    FJ_UNSUPPORTED(kSideEffect, "assignment to .{} of {}, whose dict this region changed", name,
+                   target->describe());
   }
   effects_.record(target, name, std::move(value));
 }

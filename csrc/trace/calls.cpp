@@ -670,6 +670,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (any_tensor(args, kwargs)) FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() of values not known at trace time", name);
   }
+  if (callable.ptr() == reinterpret_cast<PyObject*>(&PySlice_Type) && kwargs.empty() &&
+      !args.empty() && args.size() <= 3) {
+    // slice(-n, None): a constant slice (a size as a bound is specialised, as in x[:, :n]).
+    for (auto& a : args) a = sizes_.concretize(a);
+    if (all_constant(args, kwargs)) return constant_result(call_python(callable, args, kwargs), "slice");
+  }
   if (fn->kind == VKind::kObject && PyType_Check(callable.ptr()) &&
       callable.ptr() == refs.size_type.ptr() && all_constant(args, kwargs)) {
     return constant_result(call_python(callable, args, kwargs), "torch.Size");
@@ -679,6 +685,24 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
           AttrKind::kFunction) {
     // An instance of a user class with __call__: its method, bound to it.
     return call(attr(fn, "__call__"), std::move(args), std::move(kwargs));
+  }
+  if (fn->kind == VKind::kObject && fn->source >= 0 && PyCFunction_Check(callable.ptr()) &&
+      !fn->bound_self) {
+    PyObject* owner = PyCFunction_GET_SELF(callable.ptr());  // Borrowed
+    if (owner != nullptr && (PyDict_CheckExact(owner) || PyList_CheckExact(owner))) {
+      // d.get bound before a region began (on the stack where the previous one ended): the
+      // method of the container, read by source from the bound method.
+      ValuePtr self = entry_.load(entry_.sources().attr(fn->source, "__self__"));
+      const std::string name = py::str(callable.attr("__name__")).cast<std::string>();
+      py::object function = py::getattr(type_of(self), name.c_str(), py::none());
+      if (self && !function.is_none()) {
+        ValuePtr method = Value::object(function);
+        method->role = ObjRole::kTypeMethod;
+        method->method = name;
+        args.insert(args.begin(), self);
+        return call(method, std::move(args), std::move(kwargs));
+      }
+    }
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "call to {} is not traced yet", callable_name(callable));
 }

@@ -46,6 +46,27 @@ void Tracer::make_writable(const ValuePtr& container) {
     FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
                    container->describe());
   }
+  if (dict) {
+    // An object's namespace (obj.__dict__, vars(obj)) is written through attributes too, and
+    // those writes are replayed at the exit in their own order: left to Python.
+    const Source& read = entry_.sources().at(container->source);
+    bool namespace_dict = read.kind == SourceKind::kAttr && py::str(read.key).cast<std::string>() == "__dict__";
+    for (const PendingWrite& write : effects_.writes()) {
+      PyObject* target = write.target->obj.ptr();
+      if (target == nullptr || PyType_Check(target)) continue;
+      if (PyModule_Check(target)) {
+        namespace_dict = namespace_dict || PyModule_GetDict(target) == container->obj.ptr();
+      } else if (Py_TYPE(target)->tp_dictoffset != 0) {
+        PyObject* own = PyObject_GenericGetDict(target, nullptr);  // New
+        if (own == nullptr) PyErr_Clear();
+        namespace_dict = namespace_dict || own == container->obj.ptr();
+        Py_XDECREF(own);
+      }
+    }
+    if (namespace_dict) {
+      FJ_UNSUPPORTED(kSideEffect, "an item store into the attribute dict of {}", container->describe());
+    }
+  }
   entry_.note_changed(container->source);
   if (dict) {
     std::vector<std::pair<py::object, ValuePtr>> entries;

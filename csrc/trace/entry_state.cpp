@@ -202,6 +202,12 @@ void EntryState::guard_not_aliased(const ValuePtr& target) {
   }
 }
 
+bool EntryState::namespace_changed(PyObject* obj) const {
+  if (changed_.empty()) return false;
+  Ref space = attribute_dict(obj);
+  return space && changed_.count(space.get()) > 0;
+}
+
 void EntryState::note_changed(int slot) {
   PyObject* obj = live_value(slot);
   if (obj == frame_.globals || obj == frame_.builtins) {

@@ -83,6 +83,8 @@ class EntryState {
   // exit): reading it through any other source is unsupported from now on (that value would
   // not show the change), as is a change when another source read it already.
   void note_changed(int slot);
+  // Whether the trace changed obj's attribute dict in place (note_changed). Borrowed: obj.
+  bool namespace_changed(PyObject* obj) const;
   // The frame's globals dict is `globals` (a region that writes a global relies on it).
   void guard_globals_dict(PyObject* globals);
   // For a backend that runs any size: tensor guards check no sizes but the input dimensions in

@@ -192,12 +192,45 @@ bool compares_by_identity(const ValuePtr& v) {
          Py_TYPE(v->obj.ptr())->tp_richcompare == PyBaseObject_Type.tp_richcompare;
 }
 
+// An instance of a subclass of str / int / float that compares as its base does (a `str, Enum`
+// member, an IntEnum): immutable, so a comparison is decided by its value, which a source guards.
+bool compares_as_builtin_value(const ValuePtr& v) {
+  if (v->is_const()) return true;
+  if (!v->is(ObjRole::kPlain) || v->bound_self) return false;
+  PyObject* obj = v->obj.ptr();
+  richcmpfunc cmp = Py_TYPE(obj)->tp_richcompare;
+  return (PyUnicode_Check(obj) && cmp == PyUnicode_Type.tp_richcompare) ||
+         (PyLong_Check(obj) && cmp == PyLong_Type.tp_richcompare) ||
+         (PyFloat_Check(obj) && cmp == PyFloat_Type.tp_richcompare);
+}
+
 void op_compare(Tracer& t, const Instr& i) {
   const int index = pyver::compare_op(i.arg);
   FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
   const std::string fn = kCompareOps[index].fn;
+  if ((!lhs->is_const() || !rhs->is_const()) && compares_as_builtin_value(lhs) &&
+      compares_as_builtin_value(rhs)) {
+    for (const ValuePtr& side : {lhs, rhs}) {
+      if (!side->is_const() && side->source >= 0) t.entry().guard_const(side->source, side->obj.ptr());
+    }
+    static const int kOps[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
+    static const char* const kNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+    int op = -1;
+    for (int k = 0; k < 6; ++k) {
+      if (fn == kNames[k]) op = kOps[k];
+    }
+    if (op >= 0) {
+      PyObject* result = PyObject_RichCompare(lhs->obj.ptr(), rhs->obj.ptr(), op);  // New
+      if (result == nullptr) {
+        PyErr_Clear();
+        FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {} and {}", fn, lhs->describe(), rhs->describe());
+      }
+      t.push(Value::constant(py::reinterpret_steal<py::object>(result)));
+      return;
+    }
+  }
   if ((fn == "eq" || fn == "ne") && compares_by_identity(lhs) && compares_by_identity(rhs)) {
     const bool same = same_object_guarded(t, lhs, rhs);
     t.push(Value::constant(py::bool_(fn == "eq" ? same : !same)));
@@ -281,13 +314,65 @@ void op_is(Tracer& t, const Instr& i) {
   t.push(Value::constant(py::bool_(i.arg ? !same : same)));
 }
 
+// The Python value of a constant tree, or of a value-like object (compares_as_builtin_value,
+// guarded by value where read by source); false for anything else.
+bool value_of(Tracer& t, const ValuePtr& v, py::object& out) {
+  if (v->is_constant_tree()) {
+    out = v->as_python();
+    return true;
+  }
+  if (v->kind == VKind::kObject && compares_as_builtin_value(v)) {
+    if (v->source >= 0) t.entry().guard_const(v->source, v->obj.ptr());
+    out = v->obj;
+    return true;
+  }
+  return false;
+}
+
 void op_contains(Tracer& t, const Instr& i) {
   ValuePtr container = t.pop();
   ValuePtr needle = t.pop();
-  if (!needle->is_constant_tree()) {
+  if (container->is(ObjRole::kPlain) && !container->bound_self &&
+      !PyType_Check(container->obj.ptr())) {
+    // A class with __contains__ in Python (a Mapping subclass: collections.abc's mixin): traced.
+    static PyObject* const kContains = PyUnicode_InternFromString("__contains__");
+    PyObject* hook = _PyType_Lookup(Py_TYPE(container->obj.ptr()), kContains);  // Borrowed
+    if (hook != nullptr && PyFunction_Check(hook)) {
+      if (container->source >= 0) t.guard_class_attribute(container, "__contains__", true, true);
+      t.inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
+                    {container, needle}, {});
+      t.frame().result_truth = i.arg ? 2 : 1;
+      return;
+    }
+  }
+  if (compares_by_identity(needle) && container->is_sequence()) {
+    // `action in (Action.A, Action.B)` of objects that compare as object does: `is`, guarded.
+    bool found = false;
+    for (const ValuePtr& item : container->items) {
+      if (item->kind != VKind::kObject && item->kind != VKind::kConst) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "'in' with {} on {}", needle->describe(), item->describe());
+      }
+      found = same_object_guarded(t, needle, item);
+      if (found) break;
+    }
+    t.push(Value::constant(py::bool_(i.arg ? !found : found)));
+    return;
+  }
+  py::object key;
+  if (!value_of(t, needle, key)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "'in' with {}", needle->describe());
   }
-  const py::object key = needle->as_python();
+  if (container->is_sequence() && !container->is_constant_tree()) {
+    // `mode in (Mode.A, Mode.B)`: a tuple of value-like objects.
+    py::list values;
+    bool all = true;
+    for (const ValuePtr& item : container->items) {
+      py::object value;
+      all = all && value_of(t, item, value);
+      if (all) values.append(value);
+    }
+    if (all) container = Value::constant(py::tuple(values));
+  }
   bool found = false;
   if (container->is(ObjRole::kDictView) && container->method == "keys") {
     container = container->over;  // `k in d.keys()` is `k in d`

@@ -325,6 +325,12 @@ bool Tracer::truthy(const ValuePtr& value) {
 
 void Tracer::finish(const ValuePtr& value) {
   if (inlined()) {
+    if (frame().result_truth != 0) {
+      const bool truth = truthy(value) != (frame().result_truth == 2);
+      frames_.pop_back();
+      push(Value::constant(py::bool_(truth)));
+      return;
+    }
     ValuePtr result = frame().generator ? Value::iter(std::move(frame().yields))
                       : frame().constructed ? frame().constructed
                       : frame().on_found    ? frame().on_found

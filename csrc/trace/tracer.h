@@ -65,6 +65,9 @@ struct TraceFrame {
   // `on_found` where set (True), else the value returned.
   ValuePtr on_missing;
   ValuePtr on_found;
+  // A __contains__ inlined for `in` (1) / `not in` (2): the call's result is the truth of
+  // what it returns (negated for 2).
+  int result_truth = 0;
 };
 
 class Tracer {

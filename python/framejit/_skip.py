@@ -26,6 +26,11 @@ SKIPPED_PACKAGES = (
     "typing_extensions.py", "six.py",
 )
 
+# Files of the standard library that are traced all the same: plain Python the tracer handles,
+# which libraries call on their own classes (a Mapping subclass's `in` and `.get` are
+# collections.abc's mixin methods).
+TRACED_STDLIB = ("_collections_abc.py",)
+
 _allowed = []     # directories traced because a compiled function lives there
 _user_rules = []  # (prefix, traced) from skip_files / trace_files
 
@@ -67,6 +72,8 @@ def _rules():
         value = sysconfig.get_paths().get(key)
         if value:
             add(_dir(value), False)
+            for name in TRACED_STDLIB:
+                add(os.path.join(value, name), True)
     for site_dir in _site_dirs():
         add(_dir(site_dir), True)
         for name in SKIPPED_PACKAGES:

@@ -3,8 +3,10 @@ graph count: configs with their own __getattribute__ read through getattr / hasa
 reading the function they wrap, the frame's own **kwargs changed, set displays and `in` on sets.
 The patterns are transformers' (PreTrainedConfig, merge_with_config_defaults, can_return_tuple),
 written out small."""
+import enum
 import functools
 
+import pytest
 import torch
 
 import framejit
@@ -163,21 +165,64 @@ def test_a_set_of_tensors_is_left_to_python():
     run_both(f, torch.randn(2))
 
 
-def test_enum_members_compared_with_eq_are_one_graph_per_member():
-    import enum
+class Action(enum.Enum):  # compares as object does: `==` is `is`, guarded
+    NONE = "none"
+    RAISE = "raise"
 
-    class Action(enum.Enum):
-        NONE = "none"
-        RAISE = "raise"
 
-    def f(x, action):
-        if action == Action.NONE:  # Enum compares by identity: `==` is `is`, guarded
+class Mode(str, enum.Enum):  # transformers' ExplicitEnum: compares as str, guarded by value
+    NONE = "none"
+    NOTIFY = "notify"
+
+
+def by_identity(x, action):
+    if action == Action.NONE and action in (Action.NONE, Action.RAISE):
+        return x + 1
+    return x - 1
+
+
+def by_value(x, mode):
+    if mode != Mode.NONE and mode == "notify" and mode in (Mode.NOTIFY,):
+        return x + 1
+    return x - 1
+
+
+@pytest.mark.parametrize("f,members", [(by_identity, list(Action)), (by_value, list(Mode))],
+                         ids=["enum", "str_enum"])
+def test_enum_members_compare_in_the_trace_one_graph_per_member(f, members):
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.zeros(2)
+    for member in members + members:
+        assert same(compiled(x, member), f(x, member))
+    assert counter.frame_count == 2 and all(r["exit"] == "return" for r in regions(f))
+
+
+def test_hasattr_on_a_tensor_is_guarded_on_its_own_dict():
+    def f(x):
+        if not hasattr(x, "jax"):  # transformers' is_jax_jitting
             return x + 1
         return x - 1
 
     counter = CompileCounter()
     compiled = framejit.compile(f, backend=counter)
     x = torch.zeros(2)
-    for action in (Action.NONE, Action.RAISE, Action.NONE, Action.RAISE):
-        assert same(compiled(x, action), f(x, action))
-    assert counter.frame_count == 2 and all(r["exit"] == "return" for r in regions(f))
+    assert same(compiled(x), f(x)) and counter.frame_count == 1
+    x.jax = True
+    assert same(compiled(x), f(x))  # the guard fails: compiled again for this tensor
+    assert counter.frame_count == 2
+
+
+def _breaks(x):
+    print("a call the trace leaves to Python")
+    return 1
+
+
+def test_a_containers_bound_method_kept_across_a_break_is_traced():
+    # `d.get` is loaded, then its argument breaks: the next region starts with the bound
+    # method on the stack, and reads the dict through it.
+    def f(x, d):
+        return d.get("k", _breaks(x)) + x * 2
+
+    counter = run_both(f, torch.randn(2), {"k": 3})
+    assert counter.frame_count == 1
