@@ -78,9 +78,28 @@ void op_load_attr(Tracer& t, const Instr& i) {
 
 void op_load_method(Tracer& t, const Instr& i) { push_method(t, t.co_name(i.arg)); }
 
+bool is_nn_module(PyObject* obj) {
+  const int is = PyObject_IsInstance(obj, PyRefs::get().module_type.ptr());
+  if (is < 0) PyErr_Clear();
+  return is == 1;
+}
+
 void op_binary_subscr(Tracer& t, const Instr&) {
   ValuePtr key = t.pop();
   ValuePtr base = t.pop();
+  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
+      !PyDict_Check(base->obj.ptr()) && !PyList_Check(base->obj.ptr()) &&
+      !PyTuple_Check(base->obj.ptr()) && !is_nn_module(base->obj.ptr())) {
+    // A class with __getitem__ in Python (a Mapping subclass, a registry): traced. Module
+    // containers (ModuleList[i], Sequential[1:]) are read by source instead (Tracer::item).
+    static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
+    PyObject* hook = _PyType_Lookup(Py_TYPE(base->obj.ptr()), kGetitem);  // Borrowed
+    if (hook != nullptr && PyFunction_Check(hook)) {
+      if (base->source >= 0) t.guard_class_attribute(base, "__getitem__", true, true);
+      t.inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, {base, key}, {});
+      return;
+    }
+  }
   t.push(t.item(base, key));
 }
 

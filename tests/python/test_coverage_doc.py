@@ -5,7 +5,9 @@ deopt: CPython finishes the frame from there).
 Each example is a small function registered with @example("<the example text>"); it takes one
 4x4 tensor unless the registration gives another input. The outcome is read from the regions of
 that function's own code, so a callee that breaks shows as a break of the caller."""
+import collections.abc
 import dataclasses
+import enum
 import functools
 import math
 import re
@@ -262,6 +264,33 @@ class _RenamingConfig:
 CONFIG = _RenamingConfig()
 example("getattr(config, \"use_cache\", None)")(
     lambda x: x * getattr(CONFIG, "width", 1) if getattr(CONFIG, "use_cache", None) is None else x)
+
+
+class _Registry(collections.abc.Mapping):
+    def __init__(self):
+        self._table = {"sdpa": 1}
+
+    def __getitem__(self, key):
+        return self._table[key]
+
+    def __iter__(self):
+        return iter(self._table)
+
+    def __len__(self):
+        return len(self._table)
+
+
+REGISTRY_MAPPING = _Registry()
+example("\"sdpa\" in registry")(lambda x: x + 1 if "sdpa" in REGISTRY_MAPPING else x)
+
+
+class _Mode(str, enum.Enum):
+    NONE = "none"
+    NOTIFY = "notify"
+
+
+MODE = _Mode.NOTIFY
+example("mode == Mode.NONE")(lambda x: x + 1 if MODE == _Mode.NONE else x - 1)
 
 
 def _wrapped(x, scale=2):
