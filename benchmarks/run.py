@@ -37,6 +37,12 @@ What is measured
      64, (d) every model of tests/models/zoo.py at batch 2. µs per forward (min over interleaved
      repeats), eager/native, native/framejit-eager, native/inductor, and whether each compiled
      output matches eager (torch.allclose, rtol=1e-4, atol=1e-5).
+  5. transformers (when installed): GPT2LMHeadModel, LlamaForCausalLM and
+     BertForSequenceClassification from small random-weight configs (2 layers, hidden 64, vocab
+     1000; HF_HUB_OFFLINE=1), eval under torch.no_grad(), batch 2 x 16 tokens: first call in ms
+     (fresh compile, minus one eager call) and cached call in µs (min over interleaved repeats)
+     for framejit backend "eager" and "native" and torch.compile backend "eager", next to eager;
+     graphs compiled, and whether the logits match eager.
 """
 import argparse
 import ctypes
@@ -80,8 +86,10 @@ GOALS = {
     "precomputed_vs_dynamo": 0.3,   # framejit / Dynamo, at most
     "native_speedup": 1.5,          # eager µs / native µs on (a) and (b), at least
     "native_compute_bound": 1.05,   # native µs / eager µs on (c), at most
+    "hf_first_call_speedup": 20.0,  # torch.compile first call / framejit first call, at least
+    "hf_cached_vs_dynamo": 1.0,     # framejit cached call / torch.compile cached call, at most
 }
-SECTIONS = ("trace", "calls", "memory", "backends")
+SECTIONS = ("trace", "calls", "memory", "backends", "transformers")
 
 
 # --------------------------------------------------------------------------------------------
@@ -762,6 +770,93 @@ def backend_table(results):
 # Goals, report, plot
 # --------------------------------------------------------------------------------------------
 
+# --------------------------------------------------------------------------------------------
+# Section 5: transformers
+# --------------------------------------------------------------------------------------------
+
+HF_CANDIDATES = (("framejit", "eager"), ("framejit", "native"), ("dynamo", "eager"))
+
+
+def hf_models():
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers as hf
+    small = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                 num_attention_heads=4, vocab_size=1000, max_position_embeddings=128)
+    return {
+        "GPT2LMHeadModel": lambda: hf.GPT2LMHeadModel(hf.GPT2Config(
+            n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128)),
+        "LlamaForCausalLM": lambda: hf.LlamaForCausalLM(hf.LlamaConfig(num_key_value_heads=2, **small)),
+        "BertForSequenceClassification": lambda: hf.BertForSequenceClassification(hf.BertConfig(**small)),
+    }
+
+
+def graphs_compiled(compiler, model, ids):
+    """How many graphs one call of the model hands to the backend (a counting backend that
+    runs them as they are)."""
+    reset_compilers()
+    seen = []
+
+    def counting(gm, example_inputs):
+        seen.append(gm)
+        return gm.forward
+    compile_with(compiler, model, counting)(ids)
+    reset_compilers()
+    return len(seen)
+
+
+def run_transformers_section(args):
+    if importlib.util.find_spec("transformers") is None:
+        print("  transformers is not installed: section skipped", flush=True)
+        return []
+    repeats = 10 if args.quick else 30
+    results = []
+    for name, make in hf_models().items():
+        print(f"  transformers: {name} ...", flush=True)
+        torch.manual_seed(0)
+        model = make().eval()
+        ids = torch.randint(0, 1000, (2, 16))
+        with torch.no_grad():
+            expected = model(ids)[0]
+            eager_s = min(timed(model, (ids,)) for _ in range(3))
+            row = {"case": name, "first_ms": {}, "us": {}, "correct": {},
+                   "graphs": {c: graphs_compiled(c, model, ids) for c in COMPILERS}}
+            callables = {"eager": lambda x: model(x)}
+            for compiler, backend in HF_CANDIDATES:
+                reset_compilers()
+                key = f"{compiler}_{backend}"
+                compiled = compile_with(compiler, model, backend)
+                start = time.perf_counter()
+                out = compiled(ids)[0]
+                row["first_ms"][key] = max(0.0, time.perf_counter() - start - eager_s) * 1e3
+                row["correct"][key] = bool(torch.allclose(out, expected, rtol=1e-4, atol=1e-5))
+                compiled(ids)  # the cached path from here on
+                callables[key] = (lambda c: lambda x: c(x))(compiled)
+            row["us"] = interleaved_us_per_call(callables, ids, repeats)
+            results.append(row)
+        reset_compilers()
+    return results
+
+
+def transformers_table(results):
+    if not results:
+        return "Not measured: transformers is not installed."
+    keys = [f"{c}_{b}" for c, b in HF_CANDIDATES]
+    names = {"framejit_eager": "framejit eager", "framejit_native": "framejit native",
+             "dynamo_eager": "torch.compile eager"}
+    rows = []
+    for r in results:
+        rows.append([r["case"], "first call ms", "—"] + [fmt(r["first_ms"][k]) for k in keys] +
+                    [fmt(ratio(r["first_ms"]["dynamo_eager"], r["first_ms"]["framejit_eager"]))])
+        rows.append(["", "cached µs", fmt(r["us"]["eager"])] + [fmt(r["us"][k]) for k in keys] +
+                    [fmt(ratio(r["us"]["framejit_eager"], r["us"]["dynamo_eager"]))])
+        rows.append(["", "graphs / matches eager", "—"] +
+                    [f"{r['graphs'][k.split('_')[0]]} / {'yes' if r['correct'][k] else '**NO**'}"
+                     for k in keys] + [""])
+    headers = (["model", "measure", "eager"] + [names[k] for k in keys] +
+               ["torch.compile / framejit (first), framejit / torch.compile (cached)"])
+    return markdown_table(headers, rows)
+
+
 def goal_rows(results):
     """The goals table over the sections in `results` (section name -> its results)."""
     rows = []
@@ -783,6 +878,15 @@ def goal_rows(results):
              "precomputed_vs_dynamo"),
         ]:
             rows.append([f"{label} ≤ {GOALS[goal]:g}", fmt(value), verdict(value, GOALS[goal])])
+    for r in results.get("transformers") or ():
+        first = ratio(r["first_ms"]["dynamo_eager"], r["first_ms"]["framejit_eager"])
+        cached = ratio(r["us"]["framejit_eager"], r["us"]["dynamo_eager"])
+        rows.append([f"{r['case']}: torch.compile / framejit first call ≥ "
+                     f"{GOALS['hf_first_call_speedup']:g}x", fmt(first),
+                     verdict(first, GOALS["hf_first_call_speedup"], at_least=True)])
+        rows.append([f"{r['case']}: framejit / torch.compile cached call ≤ "
+                     f"{GOALS['hf_cached_vs_dynamo']:g}", fmt(cached),
+                     verdict(cached, GOALS["hf_cached_vs_dynamo"])])
     for r in backends or ():
         if r.goal == "native_speedup":
             value = r.eager_vs_native
@@ -842,6 +946,7 @@ SECTION_TITLES = {
     "calls": "2. Per-call overhead (cached path, torch.no_grad())",
     "memory": "3. Memory",
     "backends": "4. End-to-end forward time per backend",
+    "transformers": "5. transformers models: first call and cached call",
 }
 
 
@@ -853,6 +958,8 @@ def section_text(name, data, args):
         return call_table(data)
     if name == "memory":
         return memory_tables(data)
+    if name == "transformers":
+        return transformers_table(data)
     return backend_header(data) + "\n" + backend_table(data)
 
 
@@ -998,6 +1105,7 @@ def main():
         "memory": (run_memory_section, memory_tables),
         "backends": (run_backend_section,
                      lambda data: backend_header(data) + "\n" + backend_table(data)),
+        "transformers": (run_transformers_section, transformers_table),
     }
     results, runs = {}, {}
     for name in selected:
