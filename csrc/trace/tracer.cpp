@@ -325,6 +325,15 @@ bool Tracer::truthy(const ValuePtr& value) {
 
 void Tracer::finish(const ValuePtr& value) {
   if (inlined()) {
+    if (frame().result_truth == 3) {
+      const ValuePtr n = sizes_.concretize(value);
+      if (!n->is_const() || !PyLong_CheckExact(n->obj.ptr()) || n->obj.cast<Py_ssize_t>() < 0) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "__len__ returned {}", value->describe());
+      }
+      frames_.pop_back();
+      push(n);
+      return;
+    }
     if (frame().result_truth != 0) {
       const bool truth = truthy(value) != (frame().result_truth == 2);
       frames_.pop_back();

@@ -66,7 +66,8 @@ struct TraceFrame {
   ValuePtr on_missing;
   ValuePtr on_found;
   // A __contains__ inlined for `in` (1) / `not in` (2): the call's result is the truth of
-  // what it returns (negated for 2).
+  // what it returns (negated for 2). A __len__ inlined for len() (3): what it returns, which
+  // must be a non-negative int known at trace time.
   int result_truth = 0;
 };
 

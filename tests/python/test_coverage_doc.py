@@ -281,6 +281,7 @@ class _Registry(collections.abc.Mapping):
 
 
 REGISTRY_MAPPING = _Registry()
+example("len(layers)")(lambda x: x * len(REGISTRY_MAPPING))
 example("\"sdpa\" in registry")(lambda x: x + 1 if "sdpa" in REGISTRY_MAPPING else x)
 
 

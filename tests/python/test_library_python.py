@@ -226,3 +226,24 @@ def test_a_containers_bound_method_kept_across_a_break_is_traced():
 
     counter = run_both(f, torch.randn(2), {"k": 3})
     assert counter.frame_count == 1
+
+
+class Layers:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_len_through_a_classs_own_len_is_one_graph_and_guarded():
+    def f(x, layers):
+        return x * len(layers)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.ones(2)
+    layers = Layers(3)
+    assert same(compiled(x, layers), f(x, layers)) and counter.frame_count == 1
+    layers.n = 4  # what __len__ read is guarded
+    assert same(compiled(x, layers), f(x, layers)) and counter.frame_count == 2
