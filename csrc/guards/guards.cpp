@@ -71,21 +71,17 @@ void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bo
   sorted_ = false;
 }
 
-void GuardSet::add_distinct(int slot, int other) {
+void GuardSet::add_pair(GuardKind kind, int slot, int other) {
   if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
-  Guard guard{GuardKind::kDistinct, slot, py::none()};
+  Guard guard{kind, slot, py::none()};
   guard.n = other;
   guards_.push_back(guard);
   sorted_ = false;
 }
 
-void GuardSet::add_same(int slot, int other) {
-  if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
-  Guard guard{GuardKind::kSame, slot, py::none()};
-  guard.n = other;
-  guards_.push_back(guard);
-  sorted_ = false;
-}
+void GuardSet::add_distinct(int slot, int other) { add_pair(GuardKind::kDistinct, slot, other); }
+
+void GuardSet::add_same(int slot, int other) { add_pair(GuardKind::kSame, slot, other); }
 
 void GuardSet::sort() const {
   by_slot_ = guards_;

@@ -80,6 +80,8 @@ class GuardSet {
   // The values of the two slots are not the same object.
   void add_distinct(int slot, int other);
   void add_same(int slot, int other);
+  // kDistinct / kSame between two slots, kept on the later one (checked once both are read).
+  void add_pair(GuardKind kind, int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
   // sizes except those in `fixed` (dims by source slot): for a trace that read only those
   // into Python, handed to a backend that runs any size.
