@@ -16,6 +16,17 @@ namespace framejit {
 
 bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
 
+namespace {
+
+// False for an inference tensor and for one whose `.data` was set from a normal tensor: that one
+// keeps the inference tensor's missing version counter (in-place writes into it outside
+// inference mode write and then raise), though its dispatch keys are a normal tensor's.
+bool keeps_version_counter(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->version_counter().enabled();
+}
+
+}  // namespace
+
 TensorSpec tensor_spec_of(PyObject* obj) {
   const at::Tensor& t = THPVariable_Unpack(obj);
   TensorSpec spec;
@@ -25,6 +36,7 @@ TensorSpec tensor_spec_of(PyObject* obj) {
   spec.device_index = t.device().index();
   spec.requires_grad = t.requires_grad();
   spec.dispatch_keys = t.key_set().raw_repr();
+  spec.versioned = keeps_version_counter(t);
   spec.sizes.assign(t.sizes().begin(), t.sizes().end());
   spec.strides.assign(t.strides().begin(), t.strides().end());
   return spec;
@@ -43,6 +55,7 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
   }
   if (t.requires_grad() != spec.requires_grad) return false;
   if (t.key_set().raw_repr() != spec.dispatch_keys) return false;
+  if (keeps_version_counter(t) != spec.versioned) return false;
   const auto sizes = t.sizes();
   if (spec.any_sizes) {
     for (int32_t dim : spec.fixed_dims) {
@@ -88,6 +101,9 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
     out << "requires_grad changed: expected " << spec.requires_grad;
   } else if (now.dispatch_keys != spec.dispatch_keys) {
     out << "dispatch keys changed";
+  } else if (now.versioned != spec.versioned) {
+    out << (spec.versioned ? "lost its version counter (made from an inference tensor)"
+                           : "has a version counter now");
   } else if (spec.any_sizes) {
     for (int32_t dim : spec.fixed_dims) {
       if (now.sizes[dim] != spec.sizes[dim]) {
@@ -177,11 +193,11 @@ int64_t tensor_version(PyObject* obj) {
     return -1;
   }
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (t.is_inference()) return -1;  // inference tensors keep no version counter
+  if (!keeps_version_counter(t)) return -1;  // inference tensors and those made from them
   try {
     return static_cast<int64_t>(t._version());
   } catch (const c10::Error&) {
-    return -1;  // one made from an inference tensor (x.data = ...) has none either
+    return -1;
   }
 }
 
@@ -198,9 +214,9 @@ PyObject* tensor_snapshot(PyObject* obj) {
 bool tensor_restore(PyObject* obj, PyObject* snapshot) {
   try {
     at::Tensor dst = THPVariable_Unpack(obj);
-    // Inference mode where an inference tensor takes writes (InferenceMode(false) turns grad
-    // mode on: the no-grad guard comes after it).
-    c10::InferenceMode mode(dst.is_inference());
+    // Inference mode where an inference tensor (or one made from it) takes writes
+    // (InferenceMode(false) turns grad mode on: the no-grad guard comes after it).
+    c10::InferenceMode mode(!keeps_version_counter(dst));
     c10::NoGradGuard no_grad;
     dst.copy_(THPVariable_Unpack(snapshot));
     return true;

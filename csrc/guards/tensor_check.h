@@ -18,6 +18,7 @@ struct TensorSpec {
   int16_t device_index = -1;
   bool requires_grad = false;
   uint64_t dispatch_keys = 0;    // DispatchKeySet raw representation
+  bool versioned = true;         // keeps a version counter (not one made from an inference tensor)
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
   // Sizes and strides are not checked, only the rank: the trace read no size into Python and

@@ -1051,6 +1051,25 @@ def test_the_same_tensor_passed_twice_and_written_through_one_name_is_put_back()
 
 
 
+def test_a_tensor_made_from_an_inference_tensor_written_before_a_raise_is_put_back():
+    # Found by the third long guard run (seed 322218): `t.data = normal` on an inference tensor
+    # leaves a tensor with a normal tensor's dispatch keys and no version counter. Its in-place
+    # write outside inference mode writes and then raises; the graph traced for an ordinary
+    # tensor was reused for it, and the copy could not go back into it to run again as Python.
+    def made_from_inference():
+        with torch.inference_mode():
+            t = torch.ones(2, 3)
+        t.data = torch.ones(4)
+        return t
+
+    compiled = framejit.compile(_halve_in_try, backend="eager")
+    no_framejit_warnings(compiled, torch.ones(4), torch.ones(4))
+    x, ref_x = made_from_inference(), made_from_inference()
+    out, n = no_framejit_warnings(compiled, x, torch.ones(4))
+    ref, ref_n = _halve_in_try(ref_x, torch.ones(4))
+    assert n == ref_n == 1000 and same(out, ref) and x.tolist() == ref_x.tolist() == [0.5] * 4
+
+
 def test_is_between_two_arguments_is_guarded():
     # `a is b` of two objects read by source was decided once: traced with one object passed
     # twice, a call with two objects reused the answer.
