@@ -133,7 +133,7 @@ PYBIND11_MODULE(_C, m) {
       "make_compiled",
       [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
                       int recompile_limit, bool warm_branches, py::object on_region,
-                      bool any_sizes) {
+                      bool any_sizes, int dynamic) {
         auto ctx = std::make_shared<CompileContext>();
         ctx->backend = std::move(backend);
         ctx->backend_name = std::move(backend_name);
@@ -142,13 +142,14 @@ PYBIND11_MODULE(_C, m) {
         ctx->warm_branches = warm_branches;
         ctx->on_region = std::move(on_region);
         ctx->any_sizes = any_sizes;
+        ctx->dynamic = dynamic;
         PyObject* out = new_compiled_function(compiled_type.ptr(), fn.ptr(), std::move(ctx));
         if (out == nullptr) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(out);
       },
       py::arg("fn"), py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
       py::arg("recompile_limit"), py::arg("warm_branches") = false,
-      py::arg("on_region") = py::none(), py::arg("any_sizes") = false);
+      py::arg("on_region") = py::none(), py::arg("any_sizes") = false, py::arg("dynamic") = -1);
 
   m.def(
       "make_disabled",

@@ -42,6 +42,50 @@ void GuardSet::allow_any_sizes(const std::map<int, std::set<int>>& fixed) {
   }
 }
 
+void GuardSet::allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind != GuardKind::kTensor) continue;
+    auto dims = symbolic.find(guard.slot);
+    if (dims == symbolic.end()) continue;
+    TensorSpec& spec = tensor_specs_[guard.spec];
+    std::vector<int32_t> order = dense_stride_order(spec.sizes, spec.strides);
+    if (order.empty() && !spec.sizes.empty()) continue;  // not dense: stays exact
+    spec.any_sizes = true;
+    spec.dense_layout = true;
+    spec.stride_order = std::move(order);
+    spec.fixed_dims.clear();
+    for (int32_t dim = 0; dim < static_cast<int32_t>(spec.sizes.size()); ++dim) {
+      if (!dims->second.count(dim)) spec.fixed_dims.push_back(dim);
+    }
+  }
+}
+
+void GuardSet::add_shape_guards(py::object check, py::object explain, std::vector<int> slots,
+                                std::vector<std::string> texts) {
+  shape_ = ShapeGuards{std::move(check), std::move(explain), std::move(slots), std::move(texts)};
+}
+
+bool GuardSet::check_shapes(PyObject* const* slots) const {
+  if (!shape_.check) return true;
+  constexpr size_t kInline = 8;
+  PyObject* inline_args[kInline];
+  std::vector<PyObject*> heap_args;
+  PyObject** args = inline_args;
+  if (shape_.slots.size() > kInline) {
+    heap_args.resize(shape_.slots.size());
+    args = heap_args.data();
+  }
+  for (size_t i = 0; i < shape_.slots.size(); ++i) args[i] = slots[shape_.slots[i]];
+  PyObject* result = PyObject_Vectorcall(shape_.check.ptr(), args, shape_.slots.size(), nullptr);
+  if (result == nullptr) {  // a guard that cannot be evaluated on these values does not hold
+    PyErr_Clear();
+    return false;
+  }
+  const bool holds = result == Py_True;
+  Py_DECREF(result);
+  return holds;
+}
+
 void GuardSet::add_len(int slot, int64_t n) {
   Guard guard{GuardKind::kLen, slot, py::none()};
   guard.n = n;
@@ -170,7 +214,7 @@ bool GuardSet::check(const SourceTable& sources, const FrameState& frame,
       if (!check_one(by_slot_[g], value, slots.data())) return false;
     }
   }
-  return true;
+  return check_shapes(slots.data());
 }
 
 std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) const {
@@ -239,6 +283,17 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
       return text;
     }
   }
+  if (!check_shapes(slots.data())) {
+    py::tuple args(shape_.slots.size());
+    for (size_t i = 0; i < shape_.slots.size(); ++i) {
+      args[i] = py::reinterpret_borrow<py::object>(slots[shape_.slots[i]]);
+    }
+    try {
+      return "SHAPE_GUARD " + py::str(shape_.explain(*args)).cast<std::string>();
+    } catch (py::error_already_set&) {
+      return "SHAPE_GUARD (the symbolic-shape guards could not be evaluated)";
+    }
+  }
   return {};
 }
 
@@ -253,6 +308,7 @@ std::string GuardSet::to_string(const SourceTable& sources) const {
                                                   static_cast<int>(global_.autocast_cuda))
                                     : std::string());
   for (const Guard& guard : by_slot_) out += describe(guard, sources) + "\n";
+  for (const std::string& text : shape_.texts) out += "SHAPE_GUARD " + text + "\n";
   return out;
 }
 

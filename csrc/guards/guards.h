@@ -56,7 +56,16 @@ class GuardSet {
   // One guard per line ("TENSOR_MATCH L['x'] Tensor float cpu sizes=[2]...").
   std::string to_string(const SourceTable& sources) const;
 
-  size_t size() const { return guards_.size() + 1; }  // + the global torch state
+  size_t size() const { return guards_.size() + 1 + (shape_.check ? 1 : 0); }  // + global state
+
+  // The guards a backend's ShapeEnv recorded while it compiled the region's graph with symbolic
+  // sizes (ranges, equalities between sizes, specialisations): `check(*values)` is true while
+  // they all hold, `explain(*values)` names the first that fails ("" if none), for the values
+  // of `slots` in order; `texts` are the guards, one per line, for the guards log. Written by
+  // the runtime after the backend returns (the trace's entry state has handed its guards over
+  // by then), checked after every other guard.
+  void add_shape_guards(py::object check, py::object explain, std::vector<int> slots,
+                        std::vector<std::string> texts);
   const GlobalTorchState& entry_state() const { return global_; }
 
  private:
@@ -86,12 +95,26 @@ class GuardSet {
   // sizes except those in `fixed` (dims by source slot): for a trace that read only those
   // into Python, handed to a backend that runs any size.
   void allow_any_sizes(const std::map<int, std::set<int>>& fixed = {});
+  // For a graph a backend compiles with symbolic sizes: the tensor guards of the slots in
+  // `symbolic` check every size but those dims, and the layout (dense, in the traced stride
+  // order) in place of exact strides. Other tensor guards stay exact.
+  void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
 
   // Borrowed: slots, the values read so far (kDistinct compares with an earlier one).
   bool check_one(const Guard& guard, PyObject* value, PyObject* const* slots) const;
   std::string describe(const Guard& guard, const SourceTable& sources) const;
 
+  struct ShapeGuards {
+    py::object check;    // None: no shape guards
+    py::object explain;
+    std::vector<int> slots;
+    std::vector<std::string> texts;
+  };
+  // Borrowed: slots, all of them read.
+  bool check_shapes(PyObject* const* slots) const;
+
   std::vector<Guard> guards_;  // in source order once sorted
+  ShapeGuards shape_;
   std::vector<TensorSpec> tensor_specs_;
   GlobalTorchState global_ = current_global_torch_state();
   mutable bool sorted_ = false;

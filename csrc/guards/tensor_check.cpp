@@ -10,6 +10,7 @@
 #include <torch/csrc/Device.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace framejit {
@@ -23,6 +24,19 @@ namespace {
 // inference mode write and then raise), though its dispatch keys are a normal tensor's.
 bool keeps_version_counter(const at::Tensor& t) {
   return t.unsafeGetTensorImpl()->version_counter().enabled();
+}
+
+// Whether the strides are those of a dense tensor whose dimensions, outermost first, are
+// `order` (a size-1 dimension may have any stride, as in torch's contiguity check).
+bool dense_in_order(at::IntArrayRef sizes, at::IntArrayRef strides,
+                    const std::vector<int32_t>& order) {
+  int64_t expected = 1;
+  for (size_t i = order.size(); i-- > 0;) {
+    const int32_t dim = order[i];
+    if (sizes[dim] != 1 && strides[dim] != expected) return false;
+    expected *= sizes[dim];
+  }
+  return true;
 }
 
 }  // namespace
@@ -61,7 +75,7 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
     for (int32_t dim : spec.fixed_dims) {
       if (sizes[dim] != spec.sizes[dim]) return false;
     }
-    return true;
+    return !spec.dense_layout || dense_in_order(sizes, t.strides(), spec.stride_order);
   }
   const auto strides = t.strides();
   for (size_t i = 0; i < ndim; ++i) {
@@ -112,7 +126,11 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
         return out.str();
       }
     }
-    out << "matches";
+    if (spec.dense_layout && !dense_in_order(now.sizes, now.strides, spec.stride_order)) {
+      out << "layout changed: strides " << join(now.strides) << " are not dense in the traced order";
+    } else {
+      out << "matches";
+    }
   } else if (now.sizes != spec.sizes) {
     out << "sizes changed: expected " << join(spec.sizes) << ", got " << join(now.sizes);
   } else if (now.strides != spec.strides) {
@@ -133,7 +151,7 @@ std::string tensor_spec_text(const TensorSpec& spec) {
     const int32_t dim = spec.fixed_dims[i];
     out << (i ? ", " : " with ") << "size(" << dim << ") = " << spec.sizes[dim];
   }
-  out << (spec.any_sizes ? ")" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
+  out << (spec.any_sizes ? ")" : "") << (spec.dense_layout ? " dense" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();
 }
 
@@ -177,6 +195,17 @@ MetaShape meta_shape_of(PyObject* obj) {
   shape.dense = t.is_non_overlapping_and_dense();
   shape.storage_offset = t.storage_offset();
   return shape;
+}
+
+std::vector<int32_t> dense_stride_order(const std::vector<int64_t>& sizes,
+                                        const std::vector<int64_t>& strides) {
+  std::vector<int32_t> order(sizes.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  // Outermost first: larger strides first, ties (size-1 dimensions) in dimension order.
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return strides[a] > strides[b]; });
+  if (!dense_in_order(sizes, strides, order)) return {};
+  return order;
 }
 
 void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype) {

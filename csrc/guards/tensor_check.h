@@ -27,6 +27,11 @@ struct TensorSpec {
   // With any_sizes: the dimensions whose size is still checked (a size the trace read into
   // Python was computed from them).
   std::vector<int32_t> fixed_dims;
+  // With any_sizes, for a graph compiled with symbolic sizes by a backend that relies on
+  // strides (inductor): the tensor is still dense with its dimensions in the traced stride
+  // order (`stride_order`, outermost first), so its strides follow from its sizes.
+  bool dense_layout = false;
+  std::vector<int32_t> stride_order;
 };
 
 // Whether obj is a torch.Tensor (or subclass). Borrowed: obj.
@@ -64,6 +69,12 @@ struct MetaShape {
 MetaShape meta_shape_of(PyObject* obj);
 // A tensor's sizes and dtype code (c10::ScalarType), read without Python. Borrowed: obj.
 void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype);
+// The dimensions of a dense tensor of these sizes and strides, outermost (largest stride)
+// first, such that its strides are those of a contiguous tensor in that order; empty if it is
+// not dense (a slice, an expanded tensor).
+std::vector<int32_t> dense_stride_order(const std::vector<int64_t>& sizes,
+                                        const std::vector<int64_t>& strides);
+
 // A tensor's version counter (it counts the in-place writes into its storage, through any view);
 // -1 for what keeps none (an inference tensor, a non-tensor). Borrowed: obj.
 int64_t tensor_version(PyObject* obj);

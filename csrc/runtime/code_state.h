@@ -30,6 +30,13 @@ struct CompileContext {
   // The backend runs any size (its callable has framejit_shape_generic): regions that read no
   // size into Python guard ranks, not sizes.
   bool any_sizes = false;
+  // framejit.compile(dynamic=...): -1 None (automatic: a size that changed between compiles at
+  // one place becomes symbolic), 0 False (never symbolic), 1 True (symbolic from the start).
+  int dynamic = -1;
+  // A backend that does not run any size (inductor, a user's callable) and sizes may be
+  // symbolic: a region whose input sizes changed is traced again with symbolic sizes and its
+  // graph handed over with fake inputs of a ShapeEnv (python/framejit/_dynamic.py).
+  bool symbolic_backend() const { return !any_sizes && dynamic != 0; }
   py::object on_region;  // None, or called with a dict per new region (framejit.explain)
 };
 
@@ -82,6 +89,9 @@ struct CodeState {
   // (pc, compile context) of the regions a thread is tracing or compiling now: another thread
   // arriving there runs that part in plain Python meanwhile instead of compiling it again.
   std::vector<std::pair<int, const CompileContext*>> compiling;
+  // Automatic dynamic shapes: the input sizes each place compiled for, by "pc source" text, and
+  // the dims seen to change (python/framejit/_dynamic.py keeps its contents).
+  py::dict sizes_seen;
 
   // The regions that start at `pc`, oldest first: the lookup at each region entry reads only
   // these (one index, no hashing), so it does not grow with the regions elsewhere in the frame.

@@ -19,6 +19,7 @@
 #include "graph/graph_runner.h"
 #include "graph/printer.h"
 #include "log/log.h"
+#include "runtime/dynamic_shapes.h"
 #include "runtime/eval_frame.h"
 #include "runtime/runtime_state.h"
 #include "runtime/thread_state.h"
@@ -186,34 +187,60 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   std::map<CallSite, std::string> no_inline;
   std::unique_ptr<Tracer> traced;
   std::string failure;  // set: framejit could not trace here for a reason of its own
-  constexpr int kMaxAttempts = 64;
-  // Sizes stay graph values where the backend runs any size; a region that ends at an
-  // instruction using one is traced again with sizes as constants (see StaticSizesRetrace).
-  bool symbolic_sizes = ctx.any_sizes;
-  for (int i = 0;; ++i) {
-    traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
-    traced->sizes().set_symbolic(symbolic_sizes);
-    try {
-      traced->run();
-      break;
-    } catch (const StaticSizesRetrace&) {
+  // Sizes stay graph values where the backend runs any size, or where a backend that does not
+  // is to get symbolic sizes (runtime/dynamic_shapes.h); a region that ends at an instruction
+  // using one is traced again with sizes as constants (see StaticSizesRetrace).
+  bool symbolic_sizes = ctx.any_sizes || wants_symbolic_trace(ctx, state, pc, code, fs);
+  // Returns false with the Python exception set for Ctrl-C while tracing (the user's, not ours).
+  auto trace = [&]() {
+    constexpr int kMaxAttempts = 64;
+    for (int i = 0;; ++i) {
+      traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
+      traced->sizes().set_symbolic(symbolic_sizes);
+      try {
+        traced->run();
+        return true;
+      } catch (const StaticSizesRetrace&) {
+        symbolic_sizes = false;
+      } catch (const InlineBreak& inner) {
+        if (i + 1 >= kMaxAttempts || no_inline.count(inner.site)) {
+          failure = "internal error: inlining does not settle";
+          return true;
+        }
+        no_inline.emplace(inner.site, inner.reason);
+      } catch (const InternalError& e) {
+        failure = std::string("internal error: ") + e.what();
+        return true;
+      } catch (py::error_already_set& e) {
+        if (e.matches(PyExc_KeyboardInterrupt)) {
+          e.restore();
+          return false;
+        }
+        failure = std::string("Python error: ") + e.what();
+        return true;
+      }
+    }
+  };
+  if (!trace()) return nullptr;
+  // A backend that does not run any size: the dims to hand it as symbolic, by graph input. The
+  // plan also remembers this compile's sizes for the next one. A plan made on a trace with
+  // constant sizes (a tensor marked dynamic deeper than the frame's locals) traces again with
+  // symbolic sizes; a symbolic trace that gets no symbolic dim traces again with constant
+  // sizes, the graph the backend would get without dynamic shapes.
+  SymbolicDims symbolic;
+  if (failure.empty() && ctx.symbolic_backend()) {
+    symbolic = plan_symbolic_dims(ctx, state, pc, *traced, fs);
+    if (!symbolic_sizes && !symbolic.empty()) {
+      symbolic_sizes = true;
+      if (!trace()) return nullptr;
+      symbolic = failure.empty() && symbolic_sizes ? plan_symbolic_dims(ctx, state, pc, *traced, fs)
+                                                   : SymbolicDims();
+    }
+    if (!symbolic_sizes) {
+      symbolic = SymbolicDims();
+    } else if (symbolic.empty()) {
       symbolic_sizes = false;
-    } catch (const InlineBreak& inner) {
-      if (i + 1 >= kMaxAttempts || no_inline.count(inner.site)) {
-        failure = "internal error: inlining does not settle";
-        break;
-      }
-      no_inline.emplace(inner.site, inner.reason);
-    } catch (const InternalError& e) {
-      failure = std::string("internal error: ") + e.what();
-      break;
-    } catch (py::error_already_set& e) {
-      if (e.matches(PyExc_KeyboardInterrupt)) {  // Ctrl-C while tracing: the user's, not ours
-        e.restore();
-        return nullptr;
-      }
-      failure = std::string("Python error: ") + e.what();
-      break;
+      if (!trace()) return nullptr;
     }
   }
   Tracer& tracer = *traced;
@@ -282,6 +309,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   }
   const SizeTracker& sizes = tracer.sizes();
   if (ctx.any_sizes && !sizes.sizes_read()) tracer.entry().allow_any_sizes(sizes.pinned_dims());
+  if (!symbolic.empty()) tracer.entry().allow_symbolic_dims(symbolic.by_slot);
   region->sources = tracer.entry().take_sources();
   region->guards = tracer.entry().take_guards();
   if (!region->guards.check(region->sources, fs, slots)) {
@@ -298,18 +326,6 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     log_emit(Artifact::graph_code,
              fmt::format("TRACED GRAPH\n ===== __compiled_fn_{} =====\n{}", region->graph_id,
                          region->graph_text));
-  }
-  if (log_enabled(Artifact::guards)) {
-    std::string sizes_note;
-    if (ctx.any_sizes && sizes.sizes_read()) {
-      sizes_note = fmt::format("sizes specialised: the trace read {}\n", sizes.size_read());
-    } else if (ctx.any_sizes && !sizes.pinned_dims().empty()) {
-      sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
-      for (const std::string& read : sizes.dim_reads()) sizes_note += "  " + read + "\n";
-    }
-    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
-                                           code_location(code, line_at(code, bytecode, pc)),
-                                           sizes_note, region->guards.to_string(region->sources)));
   }
   std::optional<std::string> backend_failed;  // why the backend failed, if it did
   // Example inputs are this call's live values; the list is dropped right after the backend
@@ -331,7 +347,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       example_inputs.append(py::reinterpret_steal<py::object>(value));
     }
     if (fault_due(FaultSite::kBackend)) throw std::runtime_error("injected fault in the backend");
-    region->compiled = ctx.backend(gm, example_inputs);
+    region->compiled = symbolic.empty()
+                           ? ctx.backend(gm, example_inputs)
+                           : compile_with_symbolic_sizes(ctx, symbolic, gm, example_inputs,
+                                                         region->inputs, region->sources,
+                                                         region->guards);
     if (!PyCallable_Check(region->compiled.ptr())) {
       throw std::runtime_error(fmt::format("it returned {}, not a callable (a backend returns "
                                            "the function that runs the graph, e.g. gm.forward)",
@@ -345,6 +365,20 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     backend_failed = e.what();
   } catch (const std::exception& e) {
     backend_failed = e.what();
+  }
+  if (log_enabled(Artifact::guards)) {
+    std::string sizes_note;
+    if (!symbolic.empty()) {
+      sizes_note = "sizes symbolic: " + symbolic.text + "\n";
+    } else if (ctx.any_sizes && sizes.sizes_read()) {
+      sizes_note = fmt::format("sizes specialised: the trace read {}\n", sizes.size_read());
+    } else if (ctx.any_sizes && !sizes.pinned_dims().empty()) {
+      sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
+      for (const std::string& read : sizes.dim_reads()) sizes_note += "  " + read + "\n";
+    }
+    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
+                                           code_location(code, line_at(code, bytecode, pc)),
+                                           sizes_note, region->guards.to_string(region->sources)));
   }
   if (backend_failed) {
     std::string reason = fmt::format("backend '{}' failed on __compiled_fn_{} of {}: {}",

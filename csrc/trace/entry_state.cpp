@@ -236,4 +236,8 @@ void EntryState::allow_any_sizes(const std::map<int, std::set<int>>& fixed) {
   guards_.allow_any_sizes(fixed);
 }
 
+void EntryState::allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic) {
+  guards_.allow_symbolic_dims(symbolic);
+}
+
 }  // namespace framejit

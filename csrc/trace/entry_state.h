@@ -90,6 +90,9 @@ class EntryState {
   // For a backend that runs any size: tensor guards check no sizes but the input dimensions in
   // `fixed` (by source slot), which a size read into Python pinned.
   void allow_any_sizes(const std::map<int, std::set<int>>& fixed);
+  // For a graph compiled with symbolic sizes (a backend that does not run any size itself):
+  // tensor guards of the slots in `symbolic` check every size but those dims, and the layout.
+  void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
 
   // The finished trace's sources and guards, moved out (the entry state is spent).
   SourceTable take_sources() { return std::move(sources_); }

@@ -95,6 +95,11 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     ``fullgraph=True`` raises :class:`framejit.Unsupported` at the first graph break.
     ``warm_branches=True`` also compiles, at the first call, the side of every data-dependent
     branch that call does not take, so later calls taking it compile nothing.
+    ``dynamic``: as torch.compile's. framejit's own backends run any size already; for the others
+    (inductor, your callables) ``None`` compiles static first and makes a dim symbolic once its
+    size changed at a place that compiled before, ``True`` makes the frame's own tensors
+    symbolic from the first call, ``False`` never (see also :func:`framejit.mark_dynamic`). A
+    size read into Python stays specialised either way.
     ``options``: ``{"recompile_limit": int}``.
     """
     if fn is None:
@@ -108,11 +113,6 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     recompile_limit = int(opts.get("recompile_limit", config.recompile_limit))
     if recompile_limit < 1:
         raise ValueError("framejit.compile: recompile_limit must be at least 1")
-    if dynamic:
-        warnings.warn("framejit.compile(dynamic=True): a size read into Python (a branch on "
-                      "x.size(0), range(len(x))) still specialises the input sizes it comes from; "
-                      "other sizes are generic by default (dynamic=None)", FramejitWarning,
-                      stacklevel=2)
     if mode is not None:
         warnings.warn(f"framejit.compile(mode={mode!r}) is ignored", FramejitWarning, stacklevel=2)
     backend_fn, backend_name = backends.lookup(backend)
@@ -121,7 +121,8 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     if isinstance(fn, torch.nn.Module):
         _skip.allow_file_of(type(fn).forward)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches), any_sizes=any_sizes)
+                                bool(warm_branches), any_sizes=any_sizes,
+                                dynamic=-1 if dynamic is None else int(bool(dynamic)))
         return CompiledModule(fn, call, dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                              options=options, mode=mode,
                                              warm_branches=warm_branches))
@@ -129,7 +130,8 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
     _skip.allow_file_of(fn)
     compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches), any_sizes=any_sizes)
+                                bool(warm_branches), any_sizes=any_sizes,
+                                dynamic=-1 if dynamic is None else int(bool(dynamic)))
     functools.update_wrapper(compiled, fn)
     return compiled
 

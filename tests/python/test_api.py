@@ -473,8 +473,10 @@ def test_bad_options_are_rejected():
         framejit.compile(add_mul, options={"bogus": 1})
     with pytest.raises(TypeError):
         framejit.compile(42)
-    with pytest.warns(framejit.FramejitWarning, match="dynamic=True"):
-        framejit.compile(add_mul, dynamic=True)
+    with pytest.raises(TypeError, match="expects a tensor"):
+        framejit.mark_dynamic([1, 2], 0)
+    with pytest.raises(IndexError, match="out of range"):
+        framejit.mark_dynamic(torch.ones(2), 1)
 
 
 def test_log_environment_parsing():
