@@ -60,6 +60,20 @@ void GuardSet::allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic)
   }
 }
 
+void GuardSet::bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges) {
+  for (const Guard& guard : guards_) {
+    if (guard.kind != GuardKind::kTensor) continue;
+    auto dims = ranges.find(guard.slot);
+    TensorSpec& spec = tensor_specs_[guard.spec];
+    if (dims == ranges.end() || !spec.any_sizes) continue;
+    for (const auto& [dim, range] : dims->second) {
+      if (dim < static_cast<int>(spec.sizes.size())) {
+        spec.ranges.push_back({dim, range.first, range.second});
+      }
+    }
+  }
+}
+
 void GuardSet::add_shape_guards(py::object check, py::object explain, std::vector<int> slots,
                                 std::vector<std::string> texts) {
   shape_ = ShapeGuards{std::move(check), std::move(explain), std::move(slots), std::move(texts)};

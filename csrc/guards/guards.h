@@ -99,6 +99,9 @@ class GuardSet {
   // `symbolic` check every size but those dims, and the layout (dense, in the traced stride
   // order) in place of exact strides. Other tensor guards stay exact.
   void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
+  // Tensor guards that check sizes by dimension (after the two above) also keep these dims of
+  // these slots within [lo, hi].
+  void bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges);
 
   // Borrowed: slots, the values read so far (kDistinct compares with an earlier one).
   bool check_one(const Guard& guard, PyObject* value, PyObject* const* slots) const;

@@ -75,6 +75,9 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
     for (int32_t dim : spec.fixed_dims) {
       if (sizes[dim] != spec.sizes[dim]) return false;
     }
+    for (const TensorSpec::DimRange& range : spec.ranges) {
+      if (sizes[range.dim] < range.lo || sizes[range.dim] > range.hi) return false;
+    }
     return !spec.dense_layout || dense_in_order(sizes, t.strides(), spec.stride_order);
   }
   const auto strides = t.strides();
@@ -92,6 +95,11 @@ std::string join(const std::vector<int64_t>& values) {
   for (size_t i = 0; i < values.size(); ++i) out << (i ? ", " : "") << values[i];
   out << "]";
   return out.str();
+}
+
+std::string range_text(const TensorSpec::DimRange& range) {
+  return "[" + (range.lo == INT64_MIN ? std::string("-inf") : std::to_string(range.lo)) + ", " +
+         (range.hi == INT64_MAX ? std::string("inf") : std::to_string(range.hi)) + "]";
 }
 
 }  // namespace
@@ -126,6 +134,13 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
         return out.str();
       }
     }
+    for (const TensorSpec::DimRange& range : spec.ranges) {
+      if (now.sizes[range.dim] < range.lo || now.sizes[range.dim] > range.hi) {
+        out << "size(" << range.dim << ") = " << now.sizes[range.dim] << " is out of "
+            << range_text(range);
+        return out.str();
+      }
+    }
     if (spec.dense_layout && !dense_in_order(now.sizes, now.strides, spec.stride_order)) {
       out << "layout changed: strides " << join(now.strides) << " are not dense in the traced order";
     } else {
@@ -150,6 +165,10 @@ std::string tensor_spec_text(const TensorSpec& spec) {
   for (size_t i = 0; spec.any_sizes && i < spec.fixed_dims.size(); ++i) {
     const int32_t dim = spec.fixed_dims[i];
     out << (i ? ", " : " with ") << "size(" << dim << ") = " << spec.sizes[dim];
+  }
+  for (size_t i = 0; spec.any_sizes && i < spec.ranges.size(); ++i) {
+    out << ((i || !spec.fixed_dims.empty()) ? ", " : " with ") << "size(" << spec.ranges[i].dim
+        << ") in " << range_text(spec.ranges[i]);
   }
   out << (spec.any_sizes ? ")" : "") << (spec.dense_layout ? " dense" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();

@@ -32,6 +32,13 @@ struct TensorSpec {
   // order (`stride_order`, outermost first), so its strides follow from its sizes.
   bool dense_layout = false;
   std::vector<int32_t> stride_order;
+  // With any_sizes: dims whose size must stay within [lo, hi] (a comparison the trace decided,
+  // `assert t <= block_size`).
+  struct DimRange {
+    int32_t dim;
+    int64_t lo, hi;
+  };
+  std::vector<DimRange> ranges;
 };
 
 // Whether obj is a torch.Tensor (or subclass). Borrowed: obj.

@@ -310,6 +310,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   const SizeTracker& sizes = tracer.sizes();
   if (ctx.any_sizes && !sizes.sizes_read()) tracer.entry().allow_any_sizes(sizes.pinned_dims());
   if (!symbolic.empty()) tracer.entry().allow_symbolic_dims(symbolic.by_slot);
+  tracer.entry().bound_dims(sizes.dim_ranges());
   region->sources = tracer.entry().take_sources();
   region->guards = tracer.entry().take_guards();
   if (!region->guards.check(region->sources, fs, slots)) {

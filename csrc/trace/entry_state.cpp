@@ -240,4 +240,9 @@ void EntryState::allow_symbolic_dims(const std::map<int, std::set<int>>& symboli
   guards_.allow_symbolic_dims(symbolic);
 }
 
+void EntryState::bound_dims(
+    const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges) {
+  guards_.bound_dims(ranges);
+}
+
 }  // namespace framejit

@@ -93,6 +93,8 @@ class EntryState {
   // For a graph compiled with symbolic sizes (a backend that does not run any size itself):
   // tensor guards of the slots in `symbolic` check every size but those dims, and the layout.
   void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
+  // After either: the dims a comparison the trace decided bounded stay within [lo, hi].
+  void bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges);
 
   // The finished trace's sources and guards, moved out (the entry state is spent).
   SourceTable take_sources() { return std::move(sources_); }

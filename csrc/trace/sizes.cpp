@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <functional>
 
 #include "common/check.h"
@@ -245,6 +247,58 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
       entry_.guard_const(leaf->source, leaf->obj.ptr());
     }
   }
+  return Value::constant(value->obj);
+}
+
+ValuePtr SizeTracker::decide(const ValuePtr& value) {
+  if (value->kind != VKind::kSymNum || !value->fn || value->items.size() != 2) {
+    return specialize(value);
+  }
+  const std::string op = py::str(value->fn.attr("__name__")).cast<std::string>();
+  if (op != "lt" && op != "le" && op != "gt" && op != "ge") return specialize(value);
+  // size OP constant, or constant OP size (turned around).
+  ValuePtr size = value->items[0];
+  ValuePtr bound = value->items[1];
+  bool flipped = false;
+  if (size->kind != VKind::kSymNum) {
+    std::swap(size, bound);
+    flipped = true;
+  }
+  if (size->kind != VKind::kSymNum || !size->size_of || !bound->is_const() ||
+      !PyLong_CheckExact(bound->obj.ptr()) || !PyBool_Check(value->obj.ptr())) {
+    return specialize(value);
+  }
+  Node* node = size->size_of->node;
+  const int slot = node ? entry_.slot_of_placeholder(node) : -1;
+  int overflow = 0;
+  const int64_t c = PyLong_AsLongLongAndOverflow(bound->obj.ptr(), &overflow);
+  if (slot < 0 || reshaped_.count(node) || overflow != 0 || c <= INT64_MIN + 1 ||
+      c >= INT64_MAX - 1) {
+    return specialize(value);
+  }
+  const bool holds = value->obj.ptr() == Py_True;
+  // As `size < c`, `size <= c`, `size > c` or `size >= c`, then the range where it is `holds`.
+  std::string rel = op;
+  if (flipped) rel = op == "lt" ? "gt" : op == "le" ? "ge" : op == "gt" ? "lt" : "le";
+  int64_t lo = INT64_MIN, hi = INT64_MAX;
+  if (rel == "lt") {
+    if (holds) hi = c - 1; else lo = c;
+  } else if (rel == "le") {
+    if (holds) hi = c; else lo = c + 1;
+  } else if (rel == "gt") {
+    if (holds) lo = c + 1; else hi = c;
+  } else {
+    if (holds) lo = c; else hi = c - 1;
+  }
+  auto& range = dim_ranges_[slot].emplace(size->size_dim, std::make_pair(INT64_MIN, INT64_MAX))
+                    .first->second;
+  range.first = std::max(range.first, lo);
+  range.second = std::min(range.second, hi);
+  dim_reads_.push_back(fmt::format("{}.size({}) in [{}, {}]: a comparison at {}",
+                                   entry_.sources().at(slot).text, size->size_dim,
+                                   range.first == INT64_MIN ? "-inf" : std::to_string(range.first),
+                                   range.second == INT64_MAX ? "inf" : std::to_string(range.second),
+                                   recorder_.site().here()));
   return Value::constant(value->obj);
 }
 

@@ -44,6 +44,10 @@ class SizeTracker {
   // Pins a number to its trace-time value (guards on every source it came from; a size in it
   // pins the input dimensions it is computed from).
   ValuePtr specialize(const ValuePtr& value);
+  // A size expression Python branches on (`if`, `assert`, `and`): a comparison of an input's
+  // own size with a constant int (`assert t <= block_size`) keeps that dim free within the range
+  // that gives the same answer (dim_ranges); anything else is specialize()d.
+  ValuePtr decide(const ValuePtr& value);
   // The value with every size expression in it pinned to its trace-time value.
   ValuePtr concretize(const ValuePtr& value);
   // Arguments of a call answered at trace time (a metadata query): every number known only at
@@ -72,6 +76,10 @@ class SizeTracker {
   // ("L['x'].size(1): a size used as a Python value at model.py:12"), for the guards log.
   const std::map<int, std::set<int>>& pinned_dims() const { return pinned_dims_; }
   const std::vector<std::string>& dim_reads() const { return dim_reads_; }
+  // The input dimensions a comparison bounded, by source slot: dim -> [lo, hi] (inclusive).
+  const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& dim_ranges() const {
+    return dim_ranges_;
+  }
 
  private:
   void note_size_deps(SizeDeps& deps, const std::string& what);
@@ -84,6 +92,7 @@ class SizeTracker {
   std::string size_read_;  // the first read that pinned every size, "" if none
   std::vector<std::string> dim_reads_;
   std::map<int, std::set<int>> pinned_dims_;
+  std::map<int, std::map<int, std::pair<int64_t, int64_t>>> dim_ranges_;
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
   RankMemo ranks_;

@@ -299,7 +299,7 @@ bool Tracer::truthy(const ValuePtr& value) {
     case VKind::kTensor:
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
-      if (value->is_size_expr()) return truthy(sizes_.specialize(value));
+      if (value->is_size_expr()) return truthy(sizes_.decide(value));
       FJ_UNSUPPORTED(kDataDependent, "branch on a number computed at run time");
     case VKind::kConst: {
       const int result = PyObject_IsTrue(value->obj.ptr());

@@ -58,14 +58,49 @@ def test_shape_unpacked_divided_and_joined_stays_symbolic():
     assert "reshape((size, size_1, -1))" in text
 
 
-def test_size_in_a_branch_specialises():
+def test_an_input_size_compared_with_a_constant_is_guarded_by_a_range():
+    # `x.size(0) > 2` decided at trace time keeps x's size free on the side of 2 it was on: one
+    # graph for sizes 3 and 4, one for 2 and below.
     def branchy(x):
         if x.size(0) > 2:
             return x * 2
         return x + 1
 
-    counter = run_sizes(branchy, [(2, 3), (3, 3), (2, 3), (4, 3)])
-    assert counter.frame_count == 3  # sizes 2, 3 and 4: each traced once
+    counter = run_sizes(branchy, [(2, 3), (3, 3), (2, 3), (4, 3), (1, 3), (9, 3)])
+    assert counter.frame_count == 2
+
+
+def test_a_size_compared_after_arithmetic_or_for_equality_specialises():
+    def derived(x):
+        if x.size(0) * 2 > 5:  # not an input's own size: pinned
+            return x * 2
+        return x + 1
+
+    def equal(x):
+        if x.size(0) == 3:  # two intervals: pinned
+            return x * 2
+        return x + 1
+
+    assert run_sizes(derived, [(2, 3), (3, 3), (4, 3)]).frame_count == 3
+    assert run_sizes(equal, [(2, 3), (3, 3), (4, 3)]).frame_count == 3
+
+
+def test_the_range_a_comparison_kept_shows_in_the_guards_log(capsys):
+    def checked(x, limit=8):
+        assert x.size(1) <= limit, "too long"
+        return x.sum(1)
+
+    framejit.set_logs(guards=True)
+    try:
+        compiled = framejit.compile(checked, backend="eager")
+        compiled(torch.ones(2, 4))
+        compiled(torch.ones(3, 8))
+        with pytest.raises(AssertionError, match="too long"):
+            compiled(torch.ones(2, 9))
+    finally:
+        framejit.set_logs()
+    err = capsys.readouterr().err
+    assert "size(1) in [-inf, 8]" in err and "a comparison at" not in err.split("GUARDS")[0]
 
 
 def test_size_in_range_and_fstring_specialises():
