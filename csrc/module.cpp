@@ -134,7 +134,9 @@ PYBIND11_MODULE(_C, m) {
       [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
                       int recompile_limit, bool warm_branches, py::object on_region,
                       bool any_sizes, int dynamic) {
+        static uint64_t next_context_id = 0;  // the GIL is held
         auto ctx = std::make_shared<CompileContext>();
+        ctx->id = ++next_context_id;
         ctx->backend = std::move(backend);
         ctx->backend_name = std::move(backend_name);
         ctx->fullgraph = fullgraph;

@@ -322,6 +322,11 @@ std::string GuardSet::to_string(const SourceTable& sources) const {
                                                   static_cast<int>(global_.autocast_cuda))
                                     : std::string());
   for (const Guard& guard : by_slot_) out += describe(guard, sources) + "\n";
+  return out + shape_guards_text();
+}
+
+std::string GuardSet::shape_guards_text() const {
+  std::string out;
   for (const std::string& text : shape_.texts) out += "SHAPE_GUARD " + text + "\n";
   return out;
 }

@@ -66,6 +66,8 @@ class GuardSet {
   // by then), checked after every other guard.
   void add_shape_guards(py::object check, py::object explain, std::vector<int> slots,
                         std::vector<std::string> texts);
+  bool has_shape_guards() const { return static_cast<bool>(shape_.check); }
+  std::string shape_guards_text() const;  // "SHAPE_GUARD ..." lines
   const GlobalTorchState& entry_state() const { return global_; }
 
  private:

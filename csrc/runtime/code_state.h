@@ -22,6 +22,7 @@ class Graph;
 
 // What one framejit.compile(...) call asked for. Shared by its wrapper and every region it made.
 struct CompileContext {
+  uint64_t id = 0;     // unique per process (never reused, unlike the address)
   py::object backend;  // backend(gm, example_inputs) -> callable
   std::string backend_name;
   bool fullgraph = false;
@@ -89,8 +90,8 @@ struct CodeState {
   // (pc, compile context) of the regions a thread is tracing or compiling now: another thread
   // arriving there runs that part in plain Python meanwhile instead of compiling it again.
   std::vector<std::pair<int, const CompileContext*>> compiling;
-  // Automatic dynamic shapes: the input sizes each place compiled for, by "pc source" text, and
-  // the dims seen to change (python/framejit/_dynamic.py keeps its contents).
+  // Automatic dynamic shapes: the input sizes each place compiled for, by (compile context id,
+  // pc, source text), and the dims seen to change (python/framejit/_dynamic.py keeps them).
   py::dict sizes_seen;
 
   // The regions that start at `pc`, oldest first: the lookup at each region entry reads only

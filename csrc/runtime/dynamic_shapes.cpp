@@ -78,7 +78,8 @@ SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int
   }
   py::object dynamic = ctx.dynamic < 0 ? py::none() : py::object(py::bool_(ctx.dynamic == 1));
   py::object plan = dynamic_module().attr("plan_symbolic_dims")(values, names, pinned, own, dynamic,
-                                                                state.sizes_seen, pc);
+                                                                state.sizes_seen,
+                                                                py::make_tuple(ctx.id, pc));
   if (plan.is_none()) return out;
   out.by_input = plan.cast<py::list>();
   for (size_t i = 0; i < inputs.size(); ++i) {

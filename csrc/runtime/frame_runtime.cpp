@@ -328,6 +328,20 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
              fmt::format("TRACED GRAPH\n ===== __compiled_fn_{} =====\n{}", region->graph_id,
                          region->graph_text));
   }
+  if (log_enabled(Artifact::guards)) {
+    std::string sizes_note;
+    if (!symbolic.empty()) {
+      sizes_note = "sizes symbolic: " + symbolic.text + "\n";
+    } else if (ctx.any_sizes && sizes.sizes_read()) {
+      sizes_note = fmt::format("sizes specialised: the trace read {}\n", sizes.size_read());
+    } else if (ctx.any_sizes && !sizes.pinned_dims().empty()) {
+      sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
+      for (const std::string& read : sizes.dim_reads()) sizes_note += "  " + read + "\n";
+    }
+    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
+                                           code_location(code, line_at(code, bytecode, pc)),
+                                           sizes_note, region->guards.to_string(region->sources)));
+  }
   std::optional<std::string> backend_failed;  // why the backend failed, if it did
   // Example inputs are this call's live values; the list is dropped right after the backend
   // returns, so the cache never keeps an input tensor alive.
@@ -367,19 +381,10 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   } catch (const std::exception& e) {
     backend_failed = e.what();
   }
-  if (log_enabled(Artifact::guards)) {
-    std::string sizes_note;
-    if (!symbolic.empty()) {
-      sizes_note = "sizes symbolic: " + symbolic.text + "\n";
-    } else if (ctx.any_sizes && sizes.sizes_read()) {
-      sizes_note = fmt::format("sizes specialised: the trace read {}\n", sizes.size_read());
-    } else if (ctx.any_sizes && !sizes.pinned_dims().empty()) {
-      sizes_note = "sizes specialised where shown (`with size(d) = n`):\n";
-      for (const std::string& read : sizes.dim_reads()) sizes_note += "  " + read + "\n";
-    }
-    log_emit(Artifact::guards, fmt::format("GUARDS __compiled_fn_{} ({}):\n{}{}", region->graph_id,
-                                           code_location(code, line_at(code, bytecode, pc)),
-                                           sizes_note, region->guards.to_string(region->sources)));
+  if (log_enabled(Artifact::guards) && !backend_failed && region->guards.has_shape_guards()) {
+    log_emit(Artifact::guards, fmt::format("SHAPE GUARDS __compiled_fn_{} (from the backend's "
+                                           "ShapeEnv):\n{}", region->graph_id,
+                                           region->guards.shape_guards_text()));
   }
   if (backend_failed) {
     std::string reason = fmt::format("backend '{}' failed on __compiled_fn_{} of {}: {}",

@@ -79,21 +79,21 @@ def _ranges(t):
     return out
 
 
-def plan_symbolic_dims(values, names, pinned, own, dynamic, seen, pc):
+def plan_symbolic_dims(values, names, pinned, own, dynamic, seen, place):
     """Per graph input, the dims to make symbolic (a list, empty for none); None if no input
     has one. ``values``: the inputs' values at this compile (None: not read from a source);
     ``names``: their sources; ``pinned``: per input, the dims whose size Python read
     or None: all of them; ``own``: whether the input is the frame's own (a local or an item of one: ``dynamic=True`` applies to
     those, not to module parameters and buffers); ``seen``: the code object's memory of the
-    sizes each place compiled for, updated here."""
+    sizes each place (compile call, pc) compiled for, updated here."""
     plan, any_dims = [], False
     for value, name, fixed, is_own in zip(values, names, pinned, own):
         dims = []
         if isinstance(value, torch.Tensor) and value.dim() > 0 and name:
             sizes = tuple(value.shape)
-            record = seen.get((pc, name))
+            record = seen.get((place, name))
             if record is None:
-                record = seen[(pc, name)] = [sizes, set()]
+                record = seen[(place, name)] = [sizes, set()]
             elif len(record[0]) == len(sizes):
                 # Automatic dynamic: a dim that changed once is symbolic from then on.
                 record[1].update(d for d, (a, b) in enumerate(zip(record[0], sizes)) if a != b)
