@@ -43,6 +43,12 @@ What is measured
      (fresh compile, minus one eager call) and cached call in µs (min over interleaved repeats)
      for framejit backend "eager" and "native" and torch.compile backend "eager", next to eager;
      graphs compiled, and whether the logits match eager.
+  6. Dynamic shapes through inductor: 16 calls with 8 distinct batch sizes (each size twice, in
+     a fixed shuffled order) of a plain function and of zoo models (eval, torch.no_grad()),
+     framejit vs torch.compile with backend="inductor", each in a child process with its own
+     empty inductor cache (both compile the same kernels: in one process the second compiler
+     would find the first's): total wall time including compiles, graphs compiled, and whether
+     every output matches eager.
 """
 import argparse
 import ctypes
@@ -88,8 +94,9 @@ GOALS = {
     "native_compute_bound": 1.05,   # native µs / eager µs on (c), at most
     "hf_first_call_speedup": 20.0,  # torch.compile first call / framejit first call, at least
     "hf_cached_vs_dynamo": 1.0,     # framejit cached call / torch.compile cached call, at most
+    "dynamic_total_vs_dynamo": 0.5,  # framejit / torch.compile wall time, 16 calls, 8 sizes
 }
-SECTIONS = ("trace", "calls", "memory", "backends", "transformers")
+SECTIONS = ("trace", "calls", "memory", "backends", "transformers", "dynamic")
 
 
 # --------------------------------------------------------------------------------------------
@@ -857,6 +864,90 @@ def transformers_table(results):
     return markdown_table(headers, rows)
 
 
+# --------------------------------------------------------------------------------------------
+# Section 6: dynamic shapes through inductor
+# --------------------------------------------------------------------------------------------
+
+DYNAMIC_BATCHES = (2, 5, 7, 11, 16, 3, 9, 13)
+DYNAMIC_ORDER = (0, 1, 2, 0, 3, 4, 1, 5, 6, 2, 7, 3, 5, 4, 6, 7)  # each size twice
+
+
+def dynamic_step(x, w):
+    h = torch.nn.functional.gelu(x @ w) * 2
+    return h.view(x.size(0), -1).softmax(-1).sum(1)
+
+
+def dynamic_cases(quick):
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from models.zoo import ZOO
+    return ["function"] + [f"zoo {name}" for name in (["mlp", "gpt_block"] if quick else sorted(ZOO))]
+
+
+def child_dynamic(compiler, case):
+    """One (compiler, case) of section 6, in a child with its own inductor cache: prints JSON."""
+    from framejit.testing import same
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    from models.zoo import ZOO, run_seeded
+    torch.manual_seed(0)
+    if case == "function":
+        w = torch.randn(32, 16)
+        target, make, call = dynamic_step, (lambda b: (torch.randn(b, 32), w)), None
+    else:
+        name = case[4:]
+        target, make, call = ZOO[name]().eval(), ZOO[name].example, run_seeded
+    call = call or (lambda fn, inputs: fn(*inputs))
+    inputs = [make(DYNAMIC_BATCHES[i]) for i in DYNAMIC_ORDER]
+    seen = []
+
+    def counting(gm, example_inputs):
+        from torch._inductor.compile_fx import compile_fx
+        seen.append(gm)
+        return compile_fx(gm, example_inputs)
+    with torch.no_grad():
+        expected = [call(target, x) for x in inputs]
+        compiled = compile_with(compiler, target, counting)
+        start = time.perf_counter()
+        outs = [call(compiled, x) for x in inputs]
+        total = time.perf_counter() - start
+    correct = all(same(o, e, rtol=1e-4, atol=1e-5) for o, e in zip(outs, expected))
+    print(json.dumps({"total_s": total, "graphs": len(seen), "correct": correct}))
+
+
+def run_dynamic_section(args):
+    import tempfile
+    results = []
+    for case in dynamic_cases(args.quick):
+        print(f"  dynamic: {case} ...", flush=True)
+        row = {"case": case, "total_s": {}, "graphs": {}, "correct": {}}
+        for compiler in COMPILERS:
+            with tempfile.TemporaryDirectory() as cache:
+                env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
+                           TORCHINDUCTOR_FX_GRAPH_CACHE="0")
+                proc = subprocess.run([sys.executable, os.path.abspath(__file__),
+                                       "--child-dynamic", compiler, case],
+                                      capture_output=True, text=True, env=env, timeout=900)
+            try:
+                out = json.loads(proc.stdout.strip().splitlines()[-1])
+            except (ValueError, IndexError):
+                print(proc.stderr[-2000:], flush=True)
+                out = {"total_s": None, "graphs": None, "correct": False}
+            for key in ("total_s", "graphs", "correct"):
+                row[key][compiler] = out[key]
+        results.append(row)
+    return results
+
+
+def dynamic_table(results):
+    rows = []
+    for r in results:
+        rows.append([r["case"]] + [fmt(r["total_s"][c]) for c in COMPILERS] +
+                    [f"{r['graphs'][c]} / {'yes' if r['correct'][c] else '**NO**'}"
+                     for c in COMPILERS] +
+                    [fmt(ratio(r["total_s"]["framejit"], r["total_s"]["dynamo"]))])
+    return markdown_table(["case", "framejit s", "torch.compile s", "framejit graphs / matches",
+                           "torch.compile graphs / matches", "framejit / torch.compile"], rows)
+
+
 def goal_rows(results):
     """The goals table over the sections in `results` (section name -> its results)."""
     rows = []
@@ -887,6 +978,11 @@ def goal_rows(results):
         rows.append([f"{r['case']}: framejit / torch.compile cached call ≤ "
                      f"{GOALS['hf_cached_vs_dynamo']:g}", fmt(cached),
                      verdict(cached, GOALS["hf_cached_vs_dynamo"])])
+    for r in results.get("dynamic") or ():
+        value = ratio(r["total_s"]["framejit"], r["total_s"]["dynamo"])
+        rows.append([f"dynamic {r['case']}: framejit / torch.compile total time ≤ "
+                     f"{GOALS['dynamic_total_vs_dynamo']:g}", fmt(value),
+                     verdict(value, GOALS["dynamic_total_vs_dynamo"])])
     for r in backends or ():
         if r.goal == "native_speedup":
             value = r.eager_vs_native
@@ -947,6 +1043,7 @@ SECTION_TITLES = {
     "memory": "3. Memory",
     "backends": "4. End-to-end forward time per backend",
     "transformers": "5. transformers models: first call and cached call",
+    "dynamic": "6. Dynamic shapes through inductor: 16 calls, 8 batch sizes",
 }
 
 
@@ -960,6 +1057,8 @@ def section_text(name, data, args):
         return memory_tables(data)
     if name == "transformers":
         return transformers_table(data)
+    if name == "dynamic":
+        return dynamic_table(data)
     return backend_header(data) + "\n" + backend_table(data)
 
 
@@ -1089,9 +1188,14 @@ def main():
                         help="seconds allowed to each 5,000-op trace (full run only)")
     parser.add_argument("--child-trace", nargs=3, metavar=("COMPILER", "CASE", "SIZE"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--child-dynamic", nargs=2, metavar=("COMPILER", "CASE"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_trace:
         child_trace(*args.child_trace)
+        return
+    if args.child_dynamic:
+        child_dynamic(*args.child_dynamic)
         return
     os.makedirs(RESULTS_DIR, exist_ok=True)
     started = time.perf_counter()
@@ -1106,6 +1210,7 @@ def main():
         "backends": (run_backend_section,
                      lambda data: backend_header(data) + "\n" + backend_table(data)),
         "transformers": (run_transformers_section, transformers_table),
+        "dynamic": (run_dynamic_section, dynamic_table),
     }
     results, runs = {}, {}
     for name in selected:
