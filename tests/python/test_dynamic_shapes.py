@@ -285,20 +285,34 @@ def test_inductor_takes_new_batch_sizes_with_two_compiles():
     assert backend.count == 2
 
 
+@pytest.mark.parametrize("training", [False, True], ids=["eval", "train"])
 @pytest.mark.parametrize("name", sorted(ZOO))
-def test_zoo_models_take_new_batch_sizes_through_aot_autograd(name):
+def test_zoo_models_take_new_batch_sizes_through_aot_autograd(name, training):
     # aot_eager: the same fake-input, ShapeEnv and TracingContext contract as inductor (inductor
-    # itself runs in benchmarks/, 2 compiles per model there too), gradients included.
-    from torch._dynamo.backends.common import aot_autograd
+    # itself runs in benchmarks/ section 6), with the backward graph in training.
+    import copy
+
     from functorch.compile import nop
+    from torch._dynamo.backends.common import aot_autograd
 
     torch.manual_seed(1)
-    eager = ZOO[name]().eval()
+    eager = ZOO[name]().train(training)
+    model = copy.deepcopy(eager)
     backend = Recording(aot_autograd(fw_compiler=nop))
-    compiled = framejit.compile(eager, backend=backend)
+    compiled = framejit.compile(model, backend=backend)
     calls = [ZOO[name].example(batch=b) for b in BATCHES]
     for args in calls:
-        assert same(run(compiled, args), run(eager, args), rtol=1e-4, atol=1e-5)
-    # 2, or what torch.compile needs too: the convolutions' ShapeEnv guard `batch <= 15` (the
-    # CPU convolution picks its algorithm by batch size) splits the symbolic graph at 16.
-    assert backend.count == max(2, torch_compile_count(eager, calls)) <= 3, name
+        out, ref = run(compiled, args), run(eager, args)
+        assert same(out, ref, rtol=1e-4, atol=1e-5)
+        if training:
+            leaves = torch.utils._pytree.tree_leaves
+            sum(t.float().sum() for t in leaves(out)).backward()
+            sum(t.float().sum() for t in leaves(ref)).backward()
+            for (pname, p), q in zip(model.named_parameters(), eager.parameters()):
+                assert same(p.grad, q.grad, rtol=1e-4, atol=1e-5), pname
+    if not training:
+        # 2, or what torch.compile needs too: the convolutions' ShapeEnv guard `batch <= 15`
+        # (the CPU convolution picks its algorithm by batch size) splits the graph at 16.
+        assert backend.count == max(2, torch_compile_count(eager, calls)) <= 3, name
+    else:
+        assert backend.count <= 3, name
