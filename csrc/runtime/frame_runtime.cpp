@@ -197,6 +197,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
     for (int i = 0;; ++i) {
       traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
       traced->sizes().set_symbolic(symbolic_sizes);
+      traced->sizes().set_number_inputs(ctx.any_sizes);
       try {
         traced->run();
         return true;

@@ -30,6 +30,11 @@ class SizeTracker {
   // backends that run any size).
   void set_symbolic(bool on) { symbolic_ = on; }
   bool symbolic() const { return symbolic_; }
+  // Whether a float known only at run time may become a graph input (scalar_input). Backends
+  // that compile per size may bake an example number into their code (inductor does), so for
+  // them such a float is pinned and guarded instead.
+  void set_number_inputs(bool on) { number_inputs_ = on; }
+  bool number_inputs() const { return number_inputs_; }
 
   // Size `dim` of a tensor value: a size expression (symbolic), or a constant that specialises
   // the trace's sizes. `how` names the read for the guards log.
@@ -89,6 +94,7 @@ class SizeTracker {
   EntryState& entry_;
   GraphRecorder& recorder_;
   bool symbolic_ = false;
+  bool number_inputs_ = true;
   std::string size_read_;  // the first read that pinned every size, "" if none
   std::vector<std::string> dim_reads_;
   std::map<int, std::set<int>> pinned_dims_;

@@ -179,8 +179,9 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
   PyRefs& refs = PyRefs::get();
   const bool is_method = kind == NodeKind::kCallMethod;
   const std::string target_text = is_method ? method : refs.target_text(fn);
-  // Numbers known only at run time: a float becomes a graph input; an int is pinned, since ints
-  // passed to torch are often sizes or dims that decide the output's shape.
+  // Numbers known only at run time: a float becomes a graph input (where the backend runs the
+  // graph as it is); an int is pinned, since ints passed to torch are often sizes or dims that
+  // decide the output's shape.
   SizeTracker& numbers = sizes();
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
@@ -190,7 +191,8 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& me
         lowered->node = numbers.size_node(v);
         return lowered;
       }
-      return PyFloat_CheckExact(v->obj.ptr()) ? numbers.scalar_input(v) : numbers.specialize(v);
+      return PyFloat_CheckExact(v->obj.ptr()) && numbers.number_inputs() ? numbers.scalar_input(v)
+                                                                          : numbers.specialize(v);
     }
     if (v->kind == VKind::kDict) return numbers.concretize(v);
     ValuePtr copy = Value::map_items(v, lower);

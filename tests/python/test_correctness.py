@@ -1070,6 +1070,24 @@ def test_a_tensor_made_from_an_inference_tensor_written_before_a_raise_is_put_ba
     assert n == ref_n == 1000 and same(out, ref) and x.tolist() == ref_x.tolist() == [0.5] * 4
 
 
+def test_a_run_time_float_is_not_a_graph_input_for_a_backend_that_compiles_per_size():
+    # Found while adding dynamic shapes: `y = t.item()` ends a region, and the next graph took y
+    # as an input. inductor bakes a float example input into its code, so a new y reused the
+    # graph with the old value. For backends that compile per size the float is pinned now.
+    def bakes_numbers(gm, example_inputs):
+        baked = [None if isinstance(x, torch.Tensor) else x for x in example_inputs]
+        return lambda *args: gm(*[a if b is None else b for a, b in zip(args, baked)])
+
+    def f(x, t):
+        y = t.item()
+        return x * y + 1
+
+    compiled = framejit.compile(f, backend=bakes_numbers)
+    x = torch.ones(3)
+    for v in (2.0, 3.0, 5.5, 3.0):
+        assert same(compiled(x, torch.tensor(v)), f(x, torch.tensor(v))), v
+
+
 def test_is_between_two_arguments_is_guarded():
     # `a is b` of two objects read by source was decided once: traced with one object passed
     # twice, a call with two objects reused the answer.
