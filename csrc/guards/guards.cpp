@@ -60,16 +60,16 @@ void GuardSet::allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic)
   }
 }
 
-void GuardSet::bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges) {
+void GuardSet::bound_dims(const std::map<int, std::vector<TensorSpec::DimRange>>& ranges) {
   for (const Guard& guard : guards_) {
     if (guard.kind != GuardKind::kTensor) continue;
     auto dims = ranges.find(guard.slot);
     TensorSpec& spec = tensor_specs_[guard.spec];
     if (dims == ranges.end() || !spec.any_sizes) continue;
-    for (const auto& [dim, range] : dims->second) {
-      if (dim < static_cast<int>(spec.sizes.size())) {
-        spec.ranges.push_back({dim, range.first, range.second});
-      }
+    for (const TensorSpec::DimRange& range : dims->second) {
+      const bool fixed = std::find(spec.fixed_dims.begin(), spec.fixed_dims.end(), range.dim) !=
+                         spec.fixed_dims.end();
+      if (range.dim < static_cast<int>(spec.sizes.size()) && !fixed) spec.ranges.push_back(range);
     }
   }
 }
@@ -129,6 +129,27 @@ void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bo
   sorted_ = false;
 }
 
+void GuardSet::add_size_relation(int slot, int dim, SizeRelation rel, int other, int other_dim) {
+  if (other > slot) {  // checked when the later of the two is read: turn the relation around
+    std::swap(slot, other);
+    std::swap(dim, other_dim);
+    switch (rel) {
+      case SizeRelation::kLt: rel = SizeRelation::kGt; break;
+      case SizeRelation::kLe: rel = SizeRelation::kGe; break;
+      case SizeRelation::kGt: rel = SizeRelation::kLt; break;
+      case SizeRelation::kGe: rel = SizeRelation::kLe; break;
+      default: break;
+    }
+  }
+  Guard guard{GuardKind::kSizeRelation, slot, py::none()};
+  guard.n = other;
+  guard.dim = dim;
+  guard.other_dim = other_dim;
+  guard.rel = static_cast<uint8_t>(rel);
+  guards_.push_back(guard);
+  sorted_ = false;
+}
+
 void GuardSet::add_pair(GuardKind kind, int slot, int other) {
   if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
   Guard guard{kind, slot, py::none()};
@@ -163,6 +184,21 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return same_constant(value, expected);
     case GuardKind::kTensor:
       return tensor_matches(tensor_specs_[guard.spec], value);
+    case GuardKind::kSizeRelation: {
+      int64_t a = 0, b = 0;
+      if (!tensor_size(value, guard.dim, a) || !tensor_size(slots[guard.n], guard.other_dim, b)) {
+        return false;
+      }
+      switch (static_cast<SizeRelation>(guard.rel)) {
+        case SizeRelation::kLt: return a < b;
+        case SizeRelation::kLe: return a <= b;
+        case SizeRelation::kGt: return a > b;
+        case SizeRelation::kGe: return a >= b;
+        case SizeRelation::kEq: return a == b;
+        case SizeRelation::kNe: return a != b;
+      }
+      return false;
+    }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
       return (PyTuple_CheckExact(value) || PyList_CheckExact(value)) &&
@@ -249,6 +285,12 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
       return fmt::format("TENSOR_MATCH {} {}", src, tensor_spec_text(tensor_specs_[guard.spec]));
     case GuardKind::kLen:
       return fmt::format("LENGTH_CHECK len({}) == {}", src, guard.n);
+    case GuardKind::kSizeRelation: {
+      static const char* const kRel[] = {"<", "<=", ">", ">=", "==", "!="};
+      return fmt::format("SIZE_RELATION {}.size({}) {} {}.size({})", src, guard.dim,
+                         kRel[guard.rel], sources.at(static_cast<int>(guard.n)).text,
+                         guard.other_dim);
+    }
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", safe_repr(guard.expected), src,
                          guard.n ? "True" : "False");

@@ -22,6 +22,8 @@ enum class GuardKind : uint8_t {
   kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict
   kDistinct,      // value is not the value of slot n (two sources the trace took as two objects)
   kSame,          // value is the value of slot n (two sources the trace found to be one object)
+  kSizeRelation,  // value.size(dim) REL (slot n's value).size(other_dim), both tensors (a
+                  // comparison of two input sizes the trace decided: `kv_length > q_length`)
   kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
                   // name up on it finds something iff present (and, unless found is None, finds
                   // found itself). Fast path: the class's attribute
@@ -37,7 +39,13 @@ struct Guard {
   mutable int64_t n = 0;  // kLen: length; kDictContains: 1 if the key must be present;
                          // kTypeVersion: the tag last seen
   int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
+  int dim = -1;         // kSizeRelation: the dims compared and how (SizeRelation)
+  int other_dim = -1;
+  uint8_t rel = 0;
 };
+
+// How two sizes compare in a kSizeRelation guard.
+enum class SizeRelation : uint8_t { kLt, kLe, kGt, kGe, kEq, kNe };
 
 class EntryState;
 
@@ -91,6 +99,8 @@ class GuardSet {
   // The values of the two slots are not the same object.
   void add_distinct(int slot, int other);
   void add_same(int slot, int other);
+  // value(slot).size(dim) REL value(other).size(other_dim), kept on the later slot.
+  void add_size_relation(int slot, int dim, SizeRelation rel, int other, int other_dim);
   // kDistinct / kSame between two slots, kept on the later one (checked once both are read).
   void add_pair(GuardKind kind, int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no
@@ -103,7 +113,7 @@ class GuardSet {
   void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
   // Tensor guards that check sizes by dimension (after the two above) also keep these dims of
   // these slots within [lo, hi].
-  void bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges);
+  void bound_dims(const std::map<int, std::vector<TensorSpec::DimRange>>& ranges);
 
   // Borrowed: slots, the values read so far (kDistinct compares with an earlier one).
   bool check_one(const Guard& guard, PyObject* value, PyObject* const* slots) const;

@@ -17,6 +17,14 @@ namespace framejit {
 
 bool is_tensor(PyObject* obj) { return THPVariable_Check(obj); }
 
+bool tensor_size(PyObject* obj, int dim, int64_t& out) {
+  if (obj == nullptr || !THPVariable_Check(obj)) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (dim < 0 || dim >= t.dim()) return false;
+  out = t.sizes()[dim];
+  return true;
+}
+
 namespace {
 
 // False for an inference tensor and for one whose `.data` was set from a normal tensor: that one
@@ -76,7 +84,7 @@ bool tensor_matches(const TensorSpec& spec, PyObject* obj) {
       if (sizes[dim] != spec.sizes[dim]) return false;
     }
     for (const TensorSpec::DimRange& range : spec.ranges) {
-      if (sizes[range.dim] < range.lo || sizes[range.dim] > range.hi) return false;
+      if (!range.holds(sizes[range.dim])) return false;
     }
     return !spec.dense_layout || dense_in_order(sizes, t.strides(), spec.stride_order);
   }
@@ -98,7 +106,8 @@ std::string join(const std::vector<int64_t>& values) {
 }
 
 std::string range_text(const TensorSpec::DimRange& range) {
-  return "[" + (range.lo == INT64_MIN ? std::string("-inf") : std::to_string(range.lo)) + ", " +
+  return (range.outside ? "outside [" : "in [") +
+         (range.lo == INT64_MIN ? std::string("-inf") : std::to_string(range.lo)) + ", " +
          (range.hi == INT64_MAX ? std::string("inf") : std::to_string(range.hi)) + "]";
 }
 
@@ -135,8 +144,8 @@ std::string tensor_mismatch(const TensorSpec& spec, PyObject* obj) {
       }
     }
     for (const TensorSpec::DimRange& range : spec.ranges) {
-      if (now.sizes[range.dim] < range.lo || now.sizes[range.dim] > range.hi) {
-        out << "size(" << range.dim << ") = " << now.sizes[range.dim] << " is out of "
+      if (!range.holds(now.sizes[range.dim])) {
+        out << "size(" << range.dim << ") = " << now.sizes[range.dim] << " is not "
             << range_text(range);
         return out.str();
       }
@@ -168,7 +177,7 @@ std::string tensor_spec_text(const TensorSpec& spec) {
   }
   for (size_t i = 0; spec.any_sizes && i < spec.ranges.size(); ++i) {
     out << ((i || !spec.fixed_dims.empty()) ? ", " : " with ") << "size(" << spec.ranges[i].dim
-        << ") in " << range_text(spec.ranges[i]);
+        << ") " << range_text(spec.ranges[i]);
   }
   out << (spec.any_sizes ? ")" : "") << (spec.dense_layout ? " dense" : "") << " requires_grad=" << (spec.requires_grad ? "True" : "False");
   return out.str();

@@ -37,12 +37,17 @@ struct TensorSpec {
   struct DimRange {
     int32_t dim;
     int64_t lo, hi;
+    bool outside = false;  // the size must lie outside [lo, hi] instead (`t != 1`)
+    bool holds(int64_t size) const { return (size >= lo && size <= hi) != outside; }
   };
   std::vector<DimRange> ranges;
 };
 
 // Whether obj is a torch.Tensor (or subclass). Borrowed: obj.
 bool is_tensor(PyObject* obj);
+
+// obj.size(dim) into `out`; false if obj is no tensor or has no such dim. Borrowed: obj.
+bool tensor_size(PyObject* obj, int dim, int64_t& out);
 
 // Reads the spec of a tensor. Borrowed: obj, which must satisfy is_tensor.
 TensorSpec tensor_spec_of(PyObject* obj);

@@ -240,8 +240,7 @@ void EntryState::allow_symbolic_dims(const std::map<int, std::set<int>>& symboli
   guards_.allow_symbolic_dims(symbolic);
 }
 
-void EntryState::bound_dims(
-    const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges) {
+void EntryState::bound_dims(const std::map<int, std::vector<TensorSpec::DimRange>>& ranges) {
   guards_.bound_dims(ranges);
 }
 

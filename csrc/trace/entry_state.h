@@ -74,6 +74,10 @@ class EntryState {
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
   // The objects read from two sources are one object.
   void guard_same(int slot, int other) { guards_.add_same(slot, other); }
+  // Two input tensors' sizes compare as they did: slot's size(dim) REL other's size(other_dim).
+  void guard_size_relation(int slot, int dim, SizeRelation rel, int other, int other_dim) {
+    guards_.add_size_relation(slot, dim, rel, other, other_dim);
+  }
   // Objects of the entry state that a write to `target` could also change if the caller passed
   // the same object twice: every other object of its type read by source (not modules,
   // classes, functions: those are guarded by identity), each guarded to stay a different
@@ -94,7 +98,7 @@ class EntryState {
   // tensor guards of the slots in `symbolic` check every size but those dims, and the layout.
   void allow_symbolic_dims(const std::map<int, std::set<int>>& symbolic);
   // After either: the dims a comparison the trace decided bounded stay within [lo, hi].
-  void bound_dims(const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& ranges);
+  void bound_dims(const std::map<int, std::vector<TensorSpec::DimRange>>& ranges);
 
   // The finished trace's sources and guards, moved out (the entry state is spent).
   SourceTable take_sources() { return std::move(sources_); }

@@ -250,55 +250,71 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
   return Value::constant(value->obj);
 }
 
-ValuePtr SizeTracker::decide(const ValuePtr& value) {
-  if (value->kind != VKind::kSymNum || !value->fn || value->items.size() != 2) {
-    return specialize(value);
-  }
-  const std::string op = py::str(value->fn.attr("__name__")).cast<std::string>();
-  if (op != "lt" && op != "le" && op != "gt" && op != "ge") return specialize(value);
-  // size OP constant, or constant OP size (turned around).
-  ValuePtr size = value->items[0];
-  ValuePtr bound = value->items[1];
-  bool flipped = false;
-  if (size->kind != VKind::kSymNum) {
-    std::swap(size, bound);
-    flipped = true;
-  }
-  if (size->kind != VKind::kSymNum || !size->size_of || !bound->is_const() ||
-      !PyLong_CheckExact(bound->obj.ptr()) || !PyBool_Check(value->obj.ptr())) {
-    return specialize(value);
-  }
-  Node* node = size->size_of->node;
+std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
+  if (value->kind != VKind::kSymNum || !value->size_of) return {-1, -1};
+  Node* node = value->size_of->node;
   const int slot = node ? entry_.slot_of_placeholder(node) : -1;
+  if (slot < 0 || reshaped_.count(node)) return {-1, -1};
+  return {slot, value->size_dim};
+}
+
+ValuePtr SizeTracker::decide(const ValuePtr& value) {
+  if (value->kind != VKind::kSymNum || !value->fn || value->items.size() != 2 ||
+      !PyBool_Check(value->obj.ptr())) {
+    return specialize(value);
+  }
+  static const std::vector<std::string> kOps = {"lt", "le", "gt", "ge", "eq", "ne"};
+  const std::string name = py::str(value->fn.attr("__name__")).cast<std::string>();
+  auto op_at = std::find(kOps.begin(), kOps.end(), name);
+  if (op_at == kOps.end()) return specialize(value);
+  // The relation that holds: the operator, or its negation where the answer was False.
+  static const SizeRelation kNegated[] = {SizeRelation::kGe, SizeRelation::kGt, SizeRelation::kLe,
+                                          SizeRelation::kLt, SizeRelation::kNe, SizeRelation::kEq};
+  auto rel = static_cast<SizeRelation>(op_at - kOps.begin());
+  if (value->obj.ptr() != Py_True) rel = kNegated[static_cast<int>(rel)];
+  static const SizeRelation kFlipped[] = {SizeRelation::kGt, SizeRelation::kGe, SizeRelation::kLt,
+                                          SizeRelation::kLe, SizeRelation::kEq, SizeRelation::kNe};
+  static const char* const kText[] = {"<", "<=", ">", ">=", "==", "!="};
+  const auto lhs = input_size_of(value->items[0]);
+  const auto rhs = input_size_of(value->items[1]);
+  if (lhs.first >= 0 && rhs.first >= 0) {  // two inputs' sizes: guarded as their relation
+    entry_.guard_size_relation(lhs.first, lhs.second, rel, rhs.first, rhs.second);
+    dim_reads_.push_back(fmt::format("{}.size({}) {} {}.size({}): a comparison at {}",
+                                     entry_.sources().at(lhs.first).text, lhs.second,
+                                     kText[static_cast<int>(rel)],
+                                     entry_.sources().at(rhs.first).text, rhs.second,
+                                     recorder_.site().here()));
+    return Value::constant(value->obj);
+  }
+  // An input's size against a constant int (turned around to `size REL c`).
+  auto size = lhs;
+  ValuePtr bound = value->items[1];
+  if (size.first < 0) {
+    size = rhs;
+    bound = value->items[0];
+    rel = kFlipped[static_cast<int>(rel)];
+  }
+  if (size.first < 0 || !bound->is_const() || !PyLong_CheckExact(bound->obj.ptr())) {
+    return specialize(value);
+  }
   int overflow = 0;
   const int64_t c = PyLong_AsLongLongAndOverflow(bound->obj.ptr(), &overflow);
-  if (slot < 0 || reshaped_.count(node) || overflow != 0 || c <= INT64_MIN + 1 ||
-      c >= INT64_MAX - 1) {
-    return specialize(value);
+  if (overflow != 0 || c <= INT64_MIN + 1 || c >= INT64_MAX - 1) return specialize(value);
+  if (rel == SizeRelation::kEq) return specialize(value);  // one size: pinned
+  TensorSpec::DimRange range{size.second, INT64_MIN, INT64_MAX};
+  switch (rel) {
+    case SizeRelation::kLt: range.hi = c - 1; break;
+    case SizeRelation::kLe: range.hi = c; break;
+    case SizeRelation::kGt: range.lo = c + 1; break;
+    case SizeRelation::kGe: range.lo = c; break;
+    default:  // kNe: any size but c
+      range.lo = range.hi = c;
+      range.outside = true;
   }
-  const bool holds = value->obj.ptr() == Py_True;
-  // As `size < c`, `size <= c`, `size > c` or `size >= c`, then the range where it is `holds`.
-  std::string rel = op;
-  if (flipped) rel = op == "lt" ? "gt" : op == "le" ? "ge" : op == "gt" ? "lt" : "le";
-  int64_t lo = INT64_MIN, hi = INT64_MAX;
-  if (rel == "lt") {
-    if (holds) hi = c - 1; else lo = c;
-  } else if (rel == "le") {
-    if (holds) hi = c; else lo = c + 1;
-  } else if (rel == "gt") {
-    if (holds) lo = c + 1; else hi = c;
-  } else {
-    if (holds) lo = c; else hi = c - 1;
-  }
-  auto& range = dim_ranges_[slot].emplace(size->size_dim, std::make_pair(INT64_MIN, INT64_MAX))
-                    .first->second;
-  range.first = std::max(range.first, lo);
-  range.second = std::min(range.second, hi);
-  dim_reads_.push_back(fmt::format("{}.size({}) in [{}, {}]: a comparison at {}",
-                                   entry_.sources().at(slot).text, size->size_dim,
-                                   range.first == INT64_MIN ? "-inf" : std::to_string(range.first),
-                                   range.second == INT64_MAX ? "inf" : std::to_string(range.second),
-                                   recorder_.site().here()));
+  dim_ranges_[size.first].push_back(range);
+  dim_reads_.push_back(fmt::format("{}.size({}) {} {}: a comparison at {}",
+                                   entry_.sources().at(size.first).text, size.second,
+                                   kText[static_cast<int>(rel)], c, recorder_.site().here()));
   return Value::constant(value->obj);
 }
 

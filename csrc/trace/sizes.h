@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/py.h"
+#include "guards/tensor_check.h"
 #include "trace/entry_state.h"
 #include "trace/recorder.h"
 #include "trace/size_deps.h"
@@ -50,8 +51,9 @@ class SizeTracker {
   // pins the input dimensions it is computed from).
   ValuePtr specialize(const ValuePtr& value);
   // A size expression Python branches on (`if`, `assert`, `and`): a comparison of an input's
-  // own size with a constant int (`assert t <= block_size`) keeps that dim free within the range
-  // that gives the same answer (dim_ranges); anything else is specialize()d.
+  // own size with a constant int (`assert t <= block_size`, `t != 1`) keeps that dim free
+  // where it gives the same answer (dim_ranges), a comparison of two inputs' own sizes
+  // (`kv_length > q_length`) is guarded as that relation; anything else is specialize()d.
   ValuePtr decide(const ValuePtr& value);
   // The value with every size expression in it pinned to its trace-time value.
   ValuePtr concretize(const ValuePtr& value);
@@ -81,10 +83,8 @@ class SizeTracker {
   // ("L['x'].size(1): a size used as a Python value at model.py:12"), for the guards log.
   const std::map<int, std::set<int>>& pinned_dims() const { return pinned_dims_; }
   const std::vector<std::string>& dim_reads() const { return dim_reads_; }
-  // The input dimensions a comparison bounded, by source slot: dim -> [lo, hi] (inclusive).
-  const std::map<int, std::map<int, std::pair<int64_t, int64_t>>>& dim_ranges() const {
-    return dim_ranges_;
-  }
+  // The input dimensions a comparison bounded, by source slot.
+  const std::map<int, std::vector<TensorSpec::DimRange>>& dim_ranges() const { return dim_ranges_; }
 
  private:
   void note_size_deps(SizeDeps& deps, const std::string& what);
@@ -98,7 +98,10 @@ class SizeTracker {
   std::string size_read_;  // the first read that pinned every size, "" if none
   std::vector<std::string> dim_reads_;
   std::map<int, std::set<int>> pinned_dims_;
-  std::map<int, std::map<int, std::pair<int64_t, int64_t>>> dim_ranges_;
+  std::map<int, std::vector<TensorSpec::DimRange>> dim_ranges_;
+  // The input size a size expression is, as (slot, dim), or (-1, -1): a size read straight from
+  // a graph input that no in-place op reshaped.
+  std::pair<int, int> input_size_of(const ValuePtr& value) const;
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
   RankMemo ranks_;

@@ -71,19 +71,40 @@ def test_an_input_size_compared_with_a_constant_is_guarded_by_a_range():
     assert counter.frame_count == 2
 
 
-def test_a_size_compared_after_arithmetic_or_for_equality_specialises():
+def test_a_size_compared_after_arithmetic_specialises_and_equality_excludes_one_value():
     def derived(x):
         if x.size(0) * 2 > 5:  # not an input's own size: pinned
             return x * 2
         return x + 1
 
     def equal(x):
-        if x.size(0) == 3:  # two intervals: pinned
+        if x.size(0) == 3:  # True: pinned to 3; False: any size but 3
             return x * 2
         return x + 1
 
     assert run_sizes(derived, [(2, 3), (3, 3), (4, 3)]).frame_count == 3
-    assert run_sizes(equal, [(2, 3), (3, 3), (4, 3)]).frame_count == 3
+    assert run_sizes(equal, [(2, 3), (3, 3), (4, 3), (9, 3), (3, 3)]).frame_count == 2
+
+
+def test_two_input_sizes_compared_are_guarded_as_their_relation():
+    # transformers' sdpa_attention_forward: `if kv_length > q_length: key = key[:, :, :q_length]`
+    def crop(q, k):
+        if k.size(1) > q.size(1):
+            k = k[:, : q.size(1)]
+        return q + k
+
+    counter = CompileCounter()
+    compiled = framejit.compile(crop, backend=counter)
+    for n, m in ((3, 3), (5, 5), (4, 2), (6, 6), (7, 3), (2, 9), (2, 5), (3, 7)):
+        q, k = torch.randn(2, n), torch.randn(2, m)
+        if m >= n:
+            assert same(compiled(q, k), crop(q, k)), (n, m)
+        else:
+            with pytest.raises(RuntimeError):
+                compiled(q, k)
+    # k <= q: one graph for all such sizes (q + k raises where they differ, as in eager);
+    # k > q: q's size is a slice bound there, so one graph per q size (2, then 3)
+    assert counter.frame_count == 3
 
 
 def test_the_range_a_comparison_kept_shows_in_the_guards_log(caplog):
