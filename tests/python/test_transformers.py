@@ -90,3 +90,20 @@ def test_a_training_step_with_labels_matches_eager_loss_and_gradients(name):
         assert (p.grad is None) == (q.grad is None), pname
         if p.grad is not None:
             assert torch.allclose(p.grad, q.grad, atol=1e-6), pname
+
+
+def test_gpt2_takes_new_batch_and_sequence_lengths_with_the_same_graphs():
+    # Issue #17 on real library code: with the eager backend (sizes symbolic), GPT2's graphs hold
+    # for every batch size and sequence length up to n_positions: its comparisons of sizes
+    # (`kv_length > q_length`, `q_length > 1`) are guarded as relations and ranges, not pinned.
+    torch.manual_seed(0)
+    model = _gpt2().eval()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    with torch.no_grad():
+        for i, shape in enumerate([(2, 16), (2, 17), (3, 16), (2, 20), (4, 24), (1, 9), (2, 30)]):
+            ids = torch.randint(0, 1000, shape)
+            assert torch.allclose(compiled(ids).logits, model(ids).logits, atol=1e-5), shape
+            if i == 0:
+                graphs = counter.frame_count
+    assert counter.frame_count == graphs <= MOST_GRAPHS["gpt2"]
