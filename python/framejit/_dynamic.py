@@ -124,7 +124,29 @@ def compile_symbolic(backend, gm, example_inputs, dims, names):
     """Compiles ``gm`` with ``backend`` with the dims in ``dims`` (per input) symbolic. Returns
     ``(compiled, check, explain, inputs, texts)``: ``check(*values)`` of the inputs numbered in
     ``inputs`` is true while the ShapeEnv's guards hold, ``explain(*values)`` names the first
-    that fails, ``texts`` are the guards for the log (check is None when there are none)."""
+    that fails, ``texts`` are the guards for the log (check is None when there are none).
+
+    Where fake propagation or the backend fails with symbolic sizes, the graph is compiled for
+    this call's sizes instead (the real example inputs), with guards that pin every planned dim,
+    and one warning says so."""
+    try:
+        return _compile_with_fakes(backend, gm, example_inputs, dims, names)
+    except Exception as error:  # noqa: BLE001 - a static compile is the answer, with a warning
+        for node in gm.graph.nodes:
+            node.meta.pop("val", None)
+            node.meta.pop("example_value", None)
+        where = getattr(gm, "meta", {}).get("framejit_name", "a graph")
+        warnings.warn(f"framejit: {where} could not be compiled with symbolic sizes "
+                      f"({type(error).__name__}: {str(error)[:300]}); it is compiled for these "
+                      f"sizes instead", FramejitWarning, stacklevel=2)
+        compiled = backend(gm, example_inputs)
+        guards = [f"L['a{i}'].size()[{d}] == {example_inputs[i].size(d)}"
+                  for i, planned in enumerate(dims) for d in planned]
+        check, explain, inputs = _predicate(guards, names)
+        return compiled, check, explain, inputs, [_display(g, names) for g in guards]
+
+
+def _compile_with_fakes(backend, gm, example_inputs, dims, names):
     from torch._dynamo.source import LocalSource
     from torch._guards import TracingContext, tracing
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -5,6 +5,7 @@ ShapeEnv, symbolic meta on every node, a TracingContext). Every result is compar
 and compile counts with torch.compile's in the same process where the two should agree."""
 import logging
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -316,3 +317,23 @@ def test_zoo_models_take_new_batch_sizes_through_aot_autograd(name, training):
         assert backend.count == max(2, torch_compile_count(eager, calls)) <= 3, name
     else:
         assert backend.count <= 3, name
+
+
+def test_a_backend_that_cannot_take_fake_inputs_gets_static_sizes_with_one_warning():
+    def needs_real_values(gm, example_inputs):
+        for x in example_inputs:
+            x.numpy()  # a fake tensor has no data
+        return gm.forward
+
+    compiled = framejit.compile(mlp_step, backend=needs_real_values)
+    w = torch.randn(8, 3)
+    x = torch.randn(2, 8)
+    assert same(compiled(x, w), mlp_step(x, w))
+    with pytest.warns(framejit.FramejitWarning, match="could not be compiled with symbolic sizes"):
+        x = torch.randn(5, 8)
+        assert same(compiled(x, w), mlp_step(x, w))
+    for b in (5, 7, 5):  # 7: pinned to 5, so it compiles again, correctly
+        x = torch.randn(b, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert same(compiled(x, w), mlp_step(x, w)), b
