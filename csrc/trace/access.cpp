@@ -253,7 +253,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         kind = resolved[0].cast<AttrKind>();
         found = resolved[1];
       }
-      if (kind == AttrKind::kInstance && base->source >= 0 && py::str(found).cast<std::string>() != "__dict__") {
+      const bool own_state = kind == AttrKind::kInstance &&
+                             (py::str(found).cast<std::string>() == "__dict__" ||
+                              py::str(found).cast<std::string>() == "__slots__");
+      if (kind == AttrKind::kInstance && base->source >= 0 && !own_state) {
         // A parameter, buffer or submodule: read from the module's own dict on every call
         // (C dict lookups), not through nn.Module.__getattr__ (a Python call per attribute).
         ValuePtr store = entry_.load(entry_.sources().attr(base->source, py::str(found).cast<std::string>()));

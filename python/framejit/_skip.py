@@ -28,8 +28,8 @@ SKIPPED_PACKAGES = (
 
 # Files of the standard library that are traced all the same: plain Python the tracer handles,
 # which libraries call on their own classes (a Mapping subclass's `in` and `.get` are
-# collections.abc's mixin methods).
-TRACED_STDLIB = ("_collections_abc.py",)
+# collections.abc's mixin methods; transformers' ModelOutput asks dataclasses.fields(self)).
+TRACED_STDLIB = ("_collections_abc.py", "dataclasses.py")
 
 _allowed = []     # directories traced because a compiled function lives there
 _user_rules = []  # (prefix, traced) from skip_files / trace_files

@@ -310,8 +310,8 @@ def _instance_store(obj, name: str):
 
 def resolve_attribute(obj, name: str):
     """How ``obj.name`` resolves, without running any user code: (kind, value) with kind one of
-    an AttrKind: INSTANCE (plain instance state; value: "__dict__" or the nn.Module dict holding
-    it), FUNCTION (bound to obj), PLAIN_FUNCTION (a function read off a class), STATICMETHOD,
+    an AttrKind: INSTANCE (plain instance state; value: "__dict__", "__slots__" for a slot, or
+    the nn.Module dict holding it), FUNCTION (bound to obj), PLAIN_FUNCTION (a function read off a class), STATICMETHOD,
     CLASSMETHOD (value: the function), PROPERTY (value: fget), CLASS_VALUE (a plain class
     attribute) or MISSING."""
     if isinstance(obj, type):  # attributes of a class itself: nothing binds to an instance
@@ -322,6 +322,14 @@ def resolve_attribute(obj, name: str):
     found = _class_attribute(type(obj), name)
     if isinstance(found, property):  # a data descriptor wins over instance state
         return _class_level_kind(found, None)
+    if isinstance(found, types.MemberDescriptorType) and type(obj).__flags__ & _HEAPTYPE:
+        # A __slots__ slot of a Python class (dataclasses.Field's name, type, ...): instance
+        # state read through the slot, if it is set.
+        try:
+            found.__get__(obj, type(obj))
+        except AttributeError:
+            return (AttrKind.MISSING, None)
+        return (AttrKind.INSTANCE, "__slots__")
     store = _instance_store(obj, name)
     if store is not None:
         return (AttrKind.INSTANCE, store)

@@ -247,3 +247,44 @@ def test_len_through_a_classs_own_len_is_one_graph_and_guarded():
     assert same(compiled(x, layers), f(x, layers)) and counter.frame_count == 1
     layers.n = 4  # what __len__ read is guarded
     assert same(compiled(x, layers), f(x, layers)) and counter.frame_count == 2
+
+
+class Slotted:
+    __slots__ = ("scale", "unset")
+
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_a_slot_of_an_object_passed_in_is_read_and_guarded():
+    def f(x, obj):
+        return x * obj.scale
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x, obj = torch.ones(2), Slotted(2.0)
+    assert same(compiled(x, obj), f(x, obj)) and counter.frame_count == 1
+    obj.scale = 3.0  # the slot's value is guarded: a new value compiles again, no stale result
+    assert same(compiled(x, obj), f(x, obj)) and counter.frame_count == 2
+    with pytest.raises(AttributeError):
+        framejit.compile(lambda x, o: x * o.unset, backend="eager")(x, obj)
+
+
+def test_dataclasses_fields_is_traced_as_transformers_model_outputs_use_it():
+    import dataclasses
+
+    @dataclasses.dataclass
+    class Output:
+        logits: torch.Tensor
+        loss: torch.Tensor = None
+
+    def f(x, out):
+        names = {field.name for field in dataclasses.fields(out)}  # ModelOutput.__setattr__
+        return x * len(names) if "logits" in names else x
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    out = Output(torch.zeros(1))
+    x = torch.ones(2)
+    assert same(compiled(x, out), f(x, out))
+    assert counter.frame_count == 1 and all(not r["reason"] for r in regions(f) if r["graph"])
