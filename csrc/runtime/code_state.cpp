@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "log/log.h"
+#include "runtime/eval_frame.h"
 #include "runtime/runtime_state.h"
 
 namespace framejit {
@@ -25,7 +26,7 @@ void free_code_state(void* ptr) {
 Py_ssize_t extra_index() {
   Py_ssize_t& index = runtime_state().extra_index;
   if (index < 0) {
-    index = _PyEval_RequestCodeExtraIndex(free_code_state);
+    index = fj_code_extra_index(free_code_state);
     FJ_CHECK(index >= 0, "no co_extra index available");
   }
   return index;
@@ -47,7 +48,7 @@ bool starts_with(const std::string& text, const std::string& prefix) {
 
 CodeState* find_code_state(PyCodeObject* code) {
   void* extra = nullptr;
-  if (_PyCode_GetExtra(reinterpret_cast<PyObject*>(code), extra_index(), &extra) < 0) {
+  if (fj_code_get_extra(code, extra_index(), &extra) < 0) {
     PyErr_Clear();
     return nullptr;
   }
@@ -58,10 +59,10 @@ CodeState* code_state(PyCodeObject* code) {
   CodeState* state = find_code_state(code);
   if (state != nullptr) return state;
   state = new CodeState();
-  if (_PyCode_SetExtra(reinterpret_cast<PyObject*>(code), extra_index(), state) < 0) {
+  if (fj_code_set_extra(code, extra_index(), state) < 0) {
     PyErr_Clear();
     delete state;
-    throw InternalError("_PyCode_SetExtra failed");
+    throw InternalError("setting the code object's extra slot failed");
   }
   runtime_state().registry.insert(state);
   return state;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "guards/tensor_check.h"
+#include "runtime/eval_frame.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -35,7 +36,7 @@ bool wants_symbolic_trace(const CompileContext& ctx, const CodeState& state, int
   for (const Region* region : state.at(pc)) {
     if (region->ctx.get() == &ctx && region->kind == RegionKind::kCompiled) return true;
   }
-  for (int i = 0; i < code->co_nlocalsplus; ++i) {
+  for (int i = 0; i < fj_code_nlocalsplus(code); ++i) {
     if (marked_dynamic(fs.localsplus[i])) return true;
   }
   for (int i = 0; i < fs.stack_size; ++i) {

@@ -100,6 +100,33 @@ int fj_frame_has_locals_dict(FjFrame* frame) { return as_frame(frame)->f_locals 
 
 int fj_frame_nlocalsplus(FjFrame* frame) { return as_frame(frame)->f_code->co_nlocalsplus; }
 
+int fj_code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
+
+/* 3.12 names the co_extra API PyUnstable_* (the underscore names are deprecated there). */
+Py_ssize_t fj_code_extra_index(freefunc free_extra) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Eval_RequestCodeExtraIndex(free_extra);
+#else
+  return _PyEval_RequestCodeExtraIndex(free_extra);
+#endif
+}
+
+int fj_code_get_extra(PyCodeObject* code, Py_ssize_t index, void** extra) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_GetExtra((PyObject*)code, index, extra);
+#else
+  return _PyCode_GetExtra((PyObject*)code, index, extra);
+#endif
+}
+
+int fj_code_set_extra(PyCodeObject* code, Py_ssize_t index, void* extra) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return PyUnstable_Code_SetExtra((PyObject*)code, index, extra);
+#else
+  return _PyCode_SetExtra((PyObject*)code, index, extra);
+#endif
+}
+
 /* The instruction-pointer convention differs by version; 3.11 and 3.12 keep prev_instr, the code
  * unit before the next instruction to run (3.13 renames it instr_ptr and points at the next). */
 static void set_next_instruction(_PyInterpreterFrame* f, int pc, int raising) {

@@ -56,6 +56,15 @@ int fj_frame_nlocalsplus(FjFrame* frame);
 /* Whether sys.settrace / sys.setprofile is active on this thread (then frames run unchanged). */
 int fj_tracing_active(PyThreadState* tstate);
 
+/* Number of localsplus entries of a code object (the frame's locals, cells and free variables). */
+int fj_code_nlocalsplus(PyCodeObject* code);
+
+/* The code objects' extra slots (co_extra), under each version's name for them: an index with its
+ * free function, and get / set of a code object's pointer there (0, or -1 with an exception). */
+Py_ssize_t fj_code_extra_index(freefunc free_extra);
+int fj_code_get_extra(PyCodeObject* code, Py_ssize_t index, void** extra);
+int fj_code_set_extra(PyCodeObject* code, Py_ssize_t index, void* extra);
+
 #ifdef __cplusplus
 }
 #endif
