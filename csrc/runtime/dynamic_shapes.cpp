@@ -46,8 +46,7 @@ bool wants_symbolic_trace(const CompileContext& ctx, const CodeState& state, int
 }
 
 SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int pc,
-                                Tracer& tracer, const FrameState& fs) {
-  (void)fs;
+                                Tracer& tracer) {
   SymbolicDims out;
   const SizeTracker& sizes = tracer.sizes();
   // A trace that read sizes the walk cannot place pins them all; the plan still remembers this

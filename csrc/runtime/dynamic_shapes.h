@@ -44,7 +44,7 @@ bool wants_symbolic_trace(const CompileContext& ctx, const CodeState& state, int
 // The dims of the traced region's inputs to make symbolic, remembering this compile's sizes in
 // `state` for the next one (empty: none, trace with constant sizes).
 SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int pc,
-                                Tracer& tracer, const FrameState& fs);
+                                Tracer& tracer);
 
 // Hands the graph to ctx's backend with symbolic sizes for `dims` and returns its callable; the
 // guards its ShapeEnv recorded are added to `guards`.

@@ -230,11 +230,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   // sizes, the graph the backend would get without dynamic shapes.
   SymbolicDims symbolic;
   if (failure.empty() && ctx.symbolic_backend()) {
-    symbolic = plan_symbolic_dims(ctx, state, pc, *traced, fs);
+    symbolic = plan_symbolic_dims(ctx, state, pc, *traced);
     if (!symbolic_sizes && !symbolic.empty()) {
       symbolic_sizes = true;
       if (!trace()) return nullptr;
-      symbolic = failure.empty() && symbolic_sizes ? plan_symbolic_dims(ctx, state, pc, *traced, fs)
+      symbolic = failure.empty() && symbolic_sizes ? plan_symbolic_dims(ctx, state, pc, *traced)
                                                    : SymbolicDims();
     }
     if (!symbolic_sizes) {
