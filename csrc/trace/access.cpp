@@ -229,9 +229,11 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (name == "__class__" && !base->is_special_object() && !base->bound_self) {
         // type(obj), as object.__class__ gives it (a class can only lie about it through a
         // property, which _PyType_Lookup would find first).
-        PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), py::str(name).ptr());  // Borrowed
-        if (on_class == reinterpret_cast<PyObject*>(
-                          PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__class__"))) {
+        // (object's own descriptor through _PyType_Lookup: a static builtin type's tp_dict is
+        // NULL on 3.12, where it lives in the interpreter state.)
+        py::str key(name);
+        PyObject* on_class = _PyType_Lookup(Py_TYPE(obj), key.ptr());  // Borrowed
+        if (on_class != nullptr && on_class == _PyType_Lookup(&PyBaseObject_Type, key.ptr())) {
           if (base->source >= 0) {
             ValuePtr cls = entry_.load(entry_.sources().attr(base->source, "__class__"));
             if (cls) return cls;
