@@ -246,6 +246,20 @@ void unary(Tracer& t, const char* fn, const char* infix) {
 
 void op_negative(Tracer& t, const Instr&) { unary(t, "neg", "-"); }
 void op_positive(Tracer& t, const Instr&) { unary(t, "pos", "+"); }
+
+// 3.12's CALL_INTRINSIC_1 folds what 3.11 had as opcodes: `+x` and the *args tuple of a call.
+void op_call_intrinsic_1(Tracer& t, const Instr& i) {
+  constexpr int kUnaryPositive = 5;  // INTRINSIC_UNARY_POSITIVE
+  constexpr int kListToTuple = 6;    // INTRINSIC_LIST_TO_TUPLE
+  if (i.arg == kUnaryPositive) return op_positive(t, i);
+  if (i.arg == kListToTuple) {
+    ValuePtr list = t.pop();
+    FJ_CHECK(list->kind == VKind::kList, "CALL_INTRINSIC_1 list-to-tuple of {}", list->describe());
+    t.push(Value::tuple(list->items));
+    return;
+  }
+  FJ_UNSUPPORTED(kUnsupportedOpcode, "CALL_INTRINSIC_1 {} is not traced yet", i.arg);
+}
 void op_invert(Tracer& t, const Instr&) { unary(t, "invert", "~"); }
 
 void op_not(Tracer& t, const Instr&) {
@@ -417,6 +431,7 @@ void register_arith_ops(HandlerTable& table) {
   set(Op::COMPARE_OP, op_compare);
   set(Op::UNARY_NEGATIVE, op_negative);
   set(Op::UNARY_POSITIVE, op_positive);
+  set(Op::CALL_INTRINSIC_1, op_call_intrinsic_1);
   set(Op::UNARY_INVERT, op_invert);
   set(Op::UNARY_NOT, op_not);
   set(Op::IS_OP, op_is);

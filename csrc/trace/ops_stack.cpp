@@ -23,6 +23,13 @@ void op_store_fast(Tracer& t, const Instr& i) { t.set_local(i.arg, t.pop()); }
 
 void op_delete_fast(Tracer& t, const Instr& i) { t.delete_local(i.arg); }
 
+// 3.12's inlined comprehensions save the enclosing frame's variable of the same name (NULL when
+// unbound) and clear it; a STORE_FAST after the loop puts the saved value back.
+void op_load_fast_and_clear(Tracer& t, const Instr& i) {
+  t.push(t.local_or_null(i.arg));
+  t.set_local(i.arg, Value::null());
+}
+
 void op_load_const(Tracer& t, const Instr& i) { t.push(Value::constant(t.co_const(i.arg))); }
 
 void op_load_global(Tracer& t, const Instr& i) {
@@ -118,6 +125,7 @@ void register_stack_ops(HandlerTable& table) {
   set(Op::LOAD_FAST_CHECK, op_load_fast);
   set(Op::STORE_FAST, op_store_fast);
   set(Op::DELETE_FAST, op_delete_fast);
+  set(Op::LOAD_FAST_AND_CLEAR, op_load_fast_and_clear);
   set(Op::LOAD_CONST, op_load_const);
   set(Op::LOAD_GLOBAL, op_load_global);
   set(Op::IMPORT_NAME, op_import_name);

@@ -259,6 +259,22 @@ void Tracer::set_local(int index, ValuePtr value) {
   if (!inlined()) fr.dirty[index] = true;
 }
 
+ValuePtr Tracer::local_or_null(int index) {
+  TraceFrame& fr = frame();
+  FJ_CHECK(index >= 0 && index < static_cast<int>(fr.locals.size()), "local {} out of range",
+           index);
+  if (fr.locals[index]) return fr.locals[index];  // a value, or the Null of an unbound one
+  if (inlined()) return Value::null();           // callee locals all come from its arguments
+  // A frame's own local not read yet: at the function's start, a variable that is no argument
+  // is unbound whatever the call (no guard needed). Mid-frame it may or may not be bound.
+  PyCodeObject* code = frame().code;
+  int n_args = code->co_argcount + code->co_kwonlyargcount;
+  n_args += (code->co_flags & CO_VARARGS) ? 1 : 0;
+  n_args += (code->co_flags & CO_VARKEYWORDS) ? 1 : 0;
+  if (entry_pc_ == 0 && index >= n_args && index < code->co_nlocals) return Value::null();
+  return local(index);
+}
+
 void Tracer::delete_local(int index) {
   local(index);  // an unbound local would raise here at run time: leave that to CPython
   // A later load must fail as in Python; a Null keeps local() from re-reading the frame.

@@ -110,6 +110,8 @@ class Tracer {
   void finish(const ValuePtr& value);
 
   ValuePtr local(int index);
+  // The local's value, or a Null where it is unbound (LOAD_FAST_AND_CLEAR).
+  ValuePtr local_or_null(int index);
   void set_local(int index, ValuePtr value);
   void delete_local(int index);
   ValuePtr global(const std::string& name);
