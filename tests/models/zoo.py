@@ -203,3 +203,15 @@ def run_seeded(model, args, seed=0):
     and an eager run."""
     torch.manual_seed(seed)
     return model(*args)
+
+
+def backward_and_compare_gradients(model, eager, out, ref, rtol=1e-4, atol=1e-5):
+    """Backward of the sum of every output of a compiled run (`model`, `out`) and an eager run
+    (`eager`, `ref`); asserts that each parameter's gradient is the same in both."""
+    from framejit.testing import same
+
+    leaves = torch.utils._pytree.tree_leaves
+    sum(t.float().sum() for t in leaves(out)).backward()
+    sum(t.float().sum() for t in leaves(ref)).backward()
+    for (name, p), q in zip(model.named_parameters(), eager.parameters()):
+        assert same(p.grad, q.grad, rtol=rtol, atol=atol), name

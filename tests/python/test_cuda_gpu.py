@@ -15,7 +15,7 @@ from framejit.testing import same
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.zoo import ZOO  # noqa: E402
+from models.zoo import ZOO, backward_and_compare_gradients  # noqa: E402
 from test_cuda_fusion import CASES  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -111,8 +111,4 @@ def test_gpu_zoo_equals_eager(name, training):
             ref = eager(*args)
         assert same(out, ref, rtol=1e-4, atol=1e-5)
         if training:
-            leaves = torch.utils._pytree.tree_leaves
-            sum(t.float().sum() for t in leaves(out)).backward()
-            sum(t.float().sum() for t in leaves(ref)).backward()
-            for (pname, p), q in zip(model.named_parameters(), eager.parameters()):
-                assert same(p.grad, q.grad, rtol=1e-4, atol=1e-5), pname
+            backward_and_compare_gradients(model, eager, out, ref)

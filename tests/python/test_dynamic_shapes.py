@@ -17,7 +17,7 @@ import framejit
 from framejit.testing import same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.zoo import ZOO  # noqa: E402
+from models.zoo import ZOO, backward_and_compare_gradients  # noqa: E402
 from models.zoo import run_seeded as run  # noqa: E402
 
 BATCHES = (2, 5, 7, 11, 16)
@@ -306,11 +306,7 @@ def test_zoo_models_take_new_batch_sizes_through_aot_autograd(name, training):
         out, ref = run(compiled, args), run(eager, args)
         assert same(out, ref, rtol=1e-4, atol=1e-5)
         if training:
-            leaves = torch.utils._pytree.tree_leaves
-            sum(t.float().sum() for t in leaves(out)).backward()
-            sum(t.float().sum() for t in leaves(ref)).backward()
-            for (pname, p), q in zip(model.named_parameters(), eager.parameters()):
-                assert same(p.grad, q.grad, rtol=1e-4, atol=1e-5), pname
+            backward_and_compare_gradients(model, eager, out, ref)
     if not training:
         # 2, or what torch.compile needs too: the convolutions' ShapeEnv guard `batch <= 15`
         # (the CPU convolution picks its algorithm by batch size) splits the graph at 16.

@@ -11,7 +11,7 @@ import framejit
 from framejit.testing import CompileCounter, regions, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from models.zoo import ZOO  # noqa: E402
+from models.zoo import ZOO, backward_and_compare_gradients  # noqa: E402
 from models.zoo import run_seeded as run  # noqa: E402
 
 
@@ -31,12 +31,7 @@ def test_model_forward_and_gradients_match_eager(name, training):
     assert counter.frame_count == 1, [r["reason"] for r in regions(type(model).forward)]
 
     if any(p.requires_grad for p in model.parameters()):
-        loss = sum(t.float().sum() for t in torch.utils._pytree.tree_leaves(out))
-        ref_loss = sum(t.float().sum() for t in torch.utils._pytree.tree_leaves(ref))
-        loss.backward()
-        ref_loss.backward()
-        for (pname, p), q in zip(model.named_parameters(), eager.parameters()):
-            assert same(p.grad, q.grad, rtol=1e-4, atol=1e-5), pname
+        backward_and_compare_gradients(model, eager, out, ref)
     # buffers (BatchNorm running statistics) evolve as in eager
     for (bname, b), c in zip(model.named_buffers(), eager.buffers()):
         assert same(b, c, rtol=1e-5, atol=1e-6), bname
