@@ -133,13 +133,7 @@ void GuardSet::add_size_relation(int slot, int dim, SizeRelation rel, int other,
   if (other > slot) {  // checked when the later of the two is read: turn the relation around
     std::swap(slot, other);
     std::swap(dim, other_dim);
-    switch (rel) {
-      case SizeRelation::kLt: rel = SizeRelation::kGt; break;
-      case SizeRelation::kLe: rel = SizeRelation::kGe; break;
-      case SizeRelation::kGt: rel = SizeRelation::kLt; break;
-      case SizeRelation::kGe: rel = SizeRelation::kLe; break;
-      default: break;
-    }
+    rel = flipped(rel);
   }
   Guard guard{GuardKind::kSizeRelation, slot, py::none()};
   guard.n = other;
@@ -189,15 +183,7 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       if (!tensor_size(value, guard.dim, a) || !tensor_size(slots[guard.n], guard.other_dim, b)) {
         return false;
       }
-      switch (static_cast<SizeRelation>(guard.rel)) {
-        case SizeRelation::kLt: return a < b;
-        case SizeRelation::kLe: return a <= b;
-        case SizeRelation::kGt: return a > b;
-        case SizeRelation::kGe: return a >= b;
-        case SizeRelation::kEq: return a == b;
-        case SizeRelation::kNe: return a != b;
-      }
-      return false;
+      return relation_holds(static_cast<SizeRelation>(guard.rel), a, b);
     }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
@@ -285,12 +271,10 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
       return fmt::format("TENSOR_MATCH {} {}", src, tensor_spec_text(tensor_specs_[guard.spec]));
     case GuardKind::kLen:
       return fmt::format("LENGTH_CHECK len({}) == {}", src, guard.n);
-    case GuardKind::kSizeRelation: {
-      static const char* const kRel[] = {"<", "<=", ">", ">=", "==", "!="};
+    case GuardKind::kSizeRelation:
       return fmt::format("SIZE_RELATION {}.size({}) {} {}.size({})", src, guard.dim,
-                         kRel[guard.rel], sources.at(static_cast<int>(guard.n)).text,
-                         guard.other_dim);
-    }
+                         relation_text(static_cast<SizeRelation>(guard.rel)),
+                         sources.at(static_cast<int>(guard.n)).text, guard.other_dim);
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", safe_repr(guard.expected), src,
                          guard.n ? "True" : "False");

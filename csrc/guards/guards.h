@@ -47,6 +47,36 @@ struct Guard {
 // How two sizes compare in a kSizeRelation guard.
 enum class SizeRelation : uint8_t { kLt, kLe, kGt, kGe, kEq, kNe };
 
+// `a REL b` as `b flipped(REL) a`.
+inline SizeRelation flipped(SizeRelation rel) {
+  static constexpr SizeRelation kFlipped[] = {SizeRelation::kGt, SizeRelation::kGe,
+                                              SizeRelation::kLt, SizeRelation::kLe,
+                                              SizeRelation::kEq, SizeRelation::kNe};
+  return kFlipped[static_cast<int>(rel)];
+}
+// The relation that holds where `a REL b` is false.
+inline SizeRelation negated(SizeRelation rel) {
+  static constexpr SizeRelation kNegated[] = {SizeRelation::kGe, SizeRelation::kGt,
+                                              SizeRelation::kLe, SizeRelation::kLt,
+                                              SizeRelation::kNe, SizeRelation::kEq};
+  return kNegated[static_cast<int>(rel)];
+}
+inline const char* relation_text(SizeRelation rel) {
+  static const char* const kText[] = {"<", "<=", ">", ">=", "==", "!="};
+  return kText[static_cast<int>(rel)];
+}
+inline bool relation_holds(SizeRelation rel, int64_t a, int64_t b) {
+  switch (rel) {
+    case SizeRelation::kLt: return a < b;
+    case SizeRelation::kLe: return a <= b;
+    case SizeRelation::kGt: return a > b;
+    case SizeRelation::kGe: return a >= b;
+    case SizeRelation::kEq: return a == b;
+    case SizeRelation::kNe: return a != b;
+  }
+  return false;
+}
+
 class EntryState;
 
 class GuardSet {

@@ -236,6 +236,15 @@ std::vector<int32_t> dense_stride_order(const std::vector<int64_t>& sizes,
   return order;
 }
 
+bool tensor_is_dense(PyObject* obj) {
+  if (obj == nullptr || !THPVariable_Check(obj)) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.layout() != c10::kStrided || t.dim() == 0) return false;
+  const std::vector<int64_t> sizes(t.sizes().begin(), t.sizes().end());
+  const std::vector<int64_t> strides(t.strides().begin(), t.strides().end());
+  return !dense_stride_order(sizes, strides).empty();
+}
+
 void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& dtype) {
   const at::Tensor& t = THPVariable_Unpack(obj);
   sizes.assign(t.sizes().begin(), t.sizes().end());

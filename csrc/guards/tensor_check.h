@@ -86,6 +86,9 @@ void tensor_sizes_and_dtype(PyObject* obj, std::vector<int64_t>& sizes, int8_t& 
 // not dense (a slice, an expanded tensor).
 std::vector<int32_t> dense_stride_order(const std::vector<int64_t>& sizes,
                                         const std::vector<int64_t>& strides);
+// Whether a strided tensor of rank > 0 is dense as dense_stride_order tells (the layout a
+// symbolic-size guard can check). Borrowed: obj, any object (false for a non-tensor).
+bool tensor_is_dense(PyObject* obj);
 
 // A tensor's version counter (it counts the in-place writes into its storage, through any view);
 // -1 for what keeps none (an inference tensor, a non-tensor). Borrowed: obj.

@@ -55,18 +55,19 @@ SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int
   const bool all_pinned = sizes.symbolic() && sizes.sizes_read();
   const EntryState& entry = tracer.entry();
   const std::vector<Rebuild>& inputs = entry.inputs();
-  py::list values, names, pinned, own;
+  py::list values, names, pinned, own, dense;
   for (const Rebuild& input : inputs) {
     const bool slot = input.kind == Rebuild::Kind::kSlot;
     PyObject* value = slot ? entry.live_value(input.index) : nullptr;
     values.append(value ? py::handle(value) : py::handle(Py_None));
     names.append(slot ? py::str(entry.sources().at(input.index).text) : py::str(""));
-    py::list dims;
+    own.append(py::bool_(slot && entry.is_frame_state(input.index)));
+    dense.append(py::bool_(tensor_is_dense(value)));  // the layout the guard can check
     if (all_pinned) {
       pinned.append(py::none());
-      own.append(py::bool_(slot && entry.is_frame_state(input.index)));
       continue;
     }
+    py::list dims;
     if (slot) {
       auto found = sizes.pinned_dims().find(input.index);
       if (found != sizes.pinned_dims().end()) {
@@ -74,10 +75,10 @@ SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int
       }
     }
     pinned.append(dims);
-    own.append(py::bool_(slot && entry.is_frame_state(input.index)));
   }
   py::object dynamic = ctx.dynamic < 0 ? py::none() : py::object(py::bool_(ctx.dynamic == 1));
-  py::object plan = dynamic_module().attr("plan_symbolic_dims")(values, names, pinned, own, dynamic,
+  py::object plan = dynamic_module().attr("plan_symbolic_dims")(values, names, pinned, own, dense,
+                                                                dynamic,
                                                                 state.sizes_seen,
                                                                 py::make_tuple(ctx.id, pc));
   if (plan.is_none()) return out;

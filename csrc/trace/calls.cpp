@@ -590,16 +590,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         entry_.guard_len(v->source, n);
         return Value::constant(py::int_(n));
       }
-      if (v->is(ObjRole::kPlain) && !v->bound_self && !PyType_Check(v->obj.ptr())) {
-        // A class with __len__ in Python: traced (len() checks what it returns).
-        static PyObject* const kLen = PyUnicode_InternFromString("__len__");
-        PyObject* hook = _PyType_Lookup(Py_TYPE(v->obj.ptr()), kLen);  // Borrowed
-        if (hook != nullptr && PyFunction_Check(hook)) {
-          if (v->source >= 0) guard_class_attribute(v, "__len__", true, /*same_object=*/true);
-          inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, {v}, {});
-          frame().result_truth = 3;
-          return nullptr;
-        }
+      // A class with __len__ in Python: traced (len() checks what it returns).
+      static PyObject* const kLen = PyUnicode_InternFromString("__len__");
+      if (inline_special_method(v, kLen, {})) {
+        frame().result_truth = 3;
+        return nullptr;
       }
     }
   }

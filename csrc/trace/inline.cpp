@@ -158,6 +158,19 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   return locals;
 }
 
+bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
+                                   std::vector<ValuePtr> rest) {
+  if (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr())) return false;
+  PyObject* hook = _PyType_Lookup(Py_TYPE(self->obj.ptr()), name);  // Borrowed
+  if (hook == nullptr || !PyFunction_Check(hook)) return false;
+  if (self->source >= 0) {
+    guard_class_attribute(self, py::str(name).cast<std::string>(), true, /*same_object=*/true);
+  }
+  rest.insert(rest.begin(), self);
+  inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, std::move(rest), {});
+  return true;
+}
+
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                          KwValues kwargs) {
   const bool made = fn && fn->is(ObjRole::kMadeFunction);

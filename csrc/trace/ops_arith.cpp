@@ -25,9 +25,12 @@ constexpr OperatorInfo kBinaryOps[] = {
     {"itruediv", "/="}, {"ixor", "^="},
 };
 
+// In CPython's rich-comparison order (Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE).
 constexpr OperatorInfo kCompareOps[] = {
     {"lt", "<"}, {"le", "<="}, {"eq", "=="}, {"ne", "!="}, {"gt", ">"}, {"ge", ">="},
 };
+static_assert(Py_LT == 0 && Py_LE == 1 && Py_EQ == 2 && Py_NE == 3 && Py_GT == 4 && Py_GE == 5,
+              "kCompareOps follows the rich-comparison codes");
 
 // The plain form of an in-place operator (`+` for `+=`): the entry with its infix less '='.
 const OperatorInfo& plain_form(const OperatorInfo& op) {
@@ -215,21 +218,14 @@ void op_compare(Tracer& t, const Instr& i) {
     for (const ValuePtr& side : {lhs, rhs}) {
       if (!side->is_const() && side->source >= 0) t.entry().guard_const(side->source, side->obj.ptr());
     }
-    static const int kOps[] = {Py_LT, Py_LE, Py_EQ, Py_NE, Py_GT, Py_GE};
-    static const char* const kNames[] = {"lt", "le", "eq", "ne", "gt", "ge"};
-    int op = -1;
-    for (int k = 0; k < 6; ++k) {
-      if (fn == kNames[k]) op = kOps[k];
+    // kCompareOps is in rich-comparison order: its index is the Py_LT .. Py_GE code.
+    PyObject* result = PyObject_RichCompare(lhs->obj.ptr(), rhs->obj.ptr(), index);  // New
+    if (result == nullptr) {
+      PyErr_Clear();
+      FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {} and {}", fn, lhs->describe(), rhs->describe());
     }
-    if (op >= 0) {
-      PyObject* result = PyObject_RichCompare(lhs->obj.ptr(), rhs->obj.ptr(), op);  // New
-      if (result == nullptr) {
-        PyErr_Clear();
-        FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {} and {}", fn, lhs->describe(), rhs->describe());
-      }
-      t.push(Value::constant(py::reinterpret_steal<py::object>(result)));
-      return;
-    }
+    t.push(Value::constant(py::reinterpret_steal<py::object>(result)));
+    return;
   }
   if ((fn == "eq" || fn == "ne") && compares_by_identity(lhs) && compares_by_identity(rhs)) {
     const bool same = same_object_guarded(t, lhs, rhs);
@@ -247,19 +243,6 @@ void unary(Tracer& t, const char* fn, const char* infix) {
 void op_negative(Tracer& t, const Instr&) { unary(t, "neg", "-"); }
 void op_positive(Tracer& t, const Instr&) { unary(t, "pos", "+"); }
 
-// 3.12's CALL_INTRINSIC_1 folds what 3.11 had as opcodes: `+x` and the *args tuple of a call.
-void op_call_intrinsic_1(Tracer& t, const Instr& i) {
-  constexpr int kUnaryPositive = 5;  // INTRINSIC_UNARY_POSITIVE
-  constexpr int kListToTuple = 6;    // INTRINSIC_LIST_TO_TUPLE
-  if (i.arg == kUnaryPositive) return op_positive(t, i);
-  if (i.arg == kListToTuple) {
-    ValuePtr list = t.pop();
-    FJ_CHECK(list->kind == VKind::kList, "CALL_INTRINSIC_1 list-to-tuple of {}", list->describe());
-    t.push(Value::tuple(list->items));
-    return;
-  }
-  FJ_UNSUPPORTED(kUnsupportedOpcode, "CALL_INTRINSIC_1 {} is not traced yet", i.arg);
-}
 void op_invert(Tracer& t, const Instr&) { unary(t, "invert", "~"); }
 
 void op_not(Tracer& t, const Instr&) {
@@ -346,18 +329,11 @@ bool value_of(Tracer& t, const ValuePtr& v, py::object& out) {
 void op_contains(Tracer& t, const Instr& i) {
   ValuePtr container = t.pop();
   ValuePtr needle = t.pop();
-  if (container->is(ObjRole::kPlain) && !container->bound_self &&
-      !PyType_Check(container->obj.ptr())) {
-    // A class with __contains__ in Python (a Mapping subclass: collections.abc's mixin): traced.
-    static PyObject* const kContains = PyUnicode_InternFromString("__contains__");
-    PyObject* hook = _PyType_Lookup(Py_TYPE(container->obj.ptr()), kContains);  // Borrowed
-    if (hook != nullptr && PyFunction_Check(hook)) {
-      if (container->source >= 0) t.guard_class_attribute(container, "__contains__", true, true);
-      t.inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
-                    {container, needle}, {});
-      t.frame().result_truth = i.arg ? 2 : 1;
-      return;
-    }
+  // A class with __contains__ in Python (a Mapping subclass: collections.abc's mixin): traced.
+  static PyObject* const kContains = PyUnicode_InternFromString("__contains__");
+  if (t.inline_special_method(container, kContains, {needle})) {
+    t.frame().result_truth = i.arg ? 2 : 1;
+    return;
   }
   if (compares_by_identity(needle) && container->is_sequence()) {
     // `action in (Action.A, Action.B)` of objects that compare as object does: `is`, guarded.
@@ -431,7 +407,6 @@ void register_arith_ops(HandlerTable& table) {
   set(Op::COMPARE_OP, op_compare);
   set(Op::UNARY_NEGATIVE, op_negative);
   set(Op::UNARY_POSITIVE, op_positive);
-  set(Op::CALL_INTRINSIC_1, op_call_intrinsic_1);
   set(Op::UNARY_INVERT, op_invert);
   set(Op::UNARY_NOT, op_not);
   set(Op::IS_OP, op_is);

@@ -87,18 +87,13 @@ bool is_nn_module(PyObject* obj) {
 void op_binary_subscr(Tracer& t, const Instr&) {
   ValuePtr key = t.pop();
   ValuePtr base = t.pop();
-  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
-      !PyDict_Check(base->obj.ptr()) && !PyList_Check(base->obj.ptr()) &&
-      !PyTuple_Check(base->obj.ptr()) && !is_nn_module(base->obj.ptr())) {
-    // A class with __getitem__ in Python (a Mapping subclass, a registry): traced. Module
-    // containers (ModuleList[i], Sequential[1:]) are read by source instead (Tracer::item).
-    static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
-    PyObject* hook = _PyType_Lookup(Py_TYPE(base->obj.ptr()), kGetitem);  // Borrowed
-    if (hook != nullptr && PyFunction_Check(hook)) {
-      if (base->source >= 0) t.guard_class_attribute(base, "__getitem__", true, true);
-      t.inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, {base, key}, {});
-      return;
-    }
+  // A class with __getitem__ in Python (a Mapping subclass, a registry): traced. Module
+  // containers (ModuleList[i], Sequential[1:]) are read by source instead (Tracer::item).
+  static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
+  PyObject* obj = base->obj.ptr();
+  if (base->is(ObjRole::kPlain) && !PyDict_Check(obj) && !PyList_Check(obj) &&
+      !PyTuple_Check(obj) && !is_nn_module(obj) && t.inline_special_method(base, kGetitem, {key})) {
+    return;
   }
   t.push(t.item(base, key));
 }

@@ -268,21 +268,16 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   auto op_at = std::find(kOps.begin(), kOps.end(), name);
   if (op_at == kOps.end()) return specialize(value);
   // The relation that holds: the operator, or its negation where the answer was False.
-  static const SizeRelation kNegated[] = {SizeRelation::kGe, SizeRelation::kGt, SizeRelation::kLe,
-                                          SizeRelation::kLt, SizeRelation::kNe, SizeRelation::kEq};
   auto rel = static_cast<SizeRelation>(op_at - kOps.begin());
-  if (value->obj.ptr() != Py_True) rel = kNegated[static_cast<int>(rel)];
-  static const SizeRelation kFlipped[] = {SizeRelation::kGt, SizeRelation::kGe, SizeRelation::kLt,
-                                          SizeRelation::kLe, SizeRelation::kEq, SizeRelation::kNe};
-  static const char* const kText[] = {"<", "<=", ">", ">=", "==", "!="};
+  if (value->obj.ptr() != Py_True) rel = negated(rel);
   const auto lhs = input_size_of(value->items[0]);
   const auto rhs = input_size_of(value->items[1]);
   if (lhs.first >= 0 && rhs.first >= 0) {  // two inputs' sizes: guarded as their relation
     entry_.guard_size_relation(lhs.first, lhs.second, rel, rhs.first, rhs.second);
     dim_reads_.push_back(fmt::format("{}.size({}) {} {}.size({}): a comparison at {}",
                                      entry_.sources().at(lhs.first).text, lhs.second,
-                                     kText[static_cast<int>(rel)],
-                                     entry_.sources().at(rhs.first).text, rhs.second,
+                                     relation_text(rel), entry_.sources().at(rhs.first).text,
+                                     rhs.second,
                                      recorder_.site().here()));
     return Value::constant(value->obj);
   }
@@ -292,7 +287,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (size.first < 0) {
     size = rhs;
     bound = value->items[0];
-    rel = kFlipped[static_cast<int>(rel)];
+    rel = flipped(rel);
   }
   if (size.first < 0 || !bound->is_const() || !PyLong_CheckExact(bound->obj.ptr())) {
     return specialize(value);
@@ -314,7 +309,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   dim_ranges_[size.first].push_back(range);
   dim_reads_.push_back(fmt::format("{}.size({}) {} {}: a comparison at {}",
                                    entry_.sources().at(size.first).text, size.second,
-                                   kText[static_cast<int>(rel)], c, recorder_.site().here()));
+                                   relation_text(rel), c, recorder_.site().here()));
   return Value::constant(value->obj);
 }
 

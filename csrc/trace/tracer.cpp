@@ -14,6 +14,18 @@ namespace {
 
 constexpr int kMaxSteps = 200000;  // instructions per trace; a runaway constant loop stops here
 
+const HandlerTable& handlers();
+
+// 3.12's CALL_INTRINSIC_1 folds what 3.11 had as opcodes of their own: `+x` (UNARY_POSITIVE)
+// and the *args tuple of a call (LIST_TO_TUPLE); those opcodes' handlers run it.
+void op_call_intrinsic_1(Tracer& t, const Instr& i) {
+  constexpr int kUnaryPositive = 5;  // INTRINSIC_UNARY_POSITIVE
+  constexpr int kListToTuple = 6;    // INTRINSIC_LIST_TO_TUPLE
+  if (i.arg == kUnaryPositive) return handlers()[static_cast<size_t>(Op::UNARY_POSITIVE)](t, i);
+  if (i.arg == kListToTuple) return handlers()[static_cast<size_t>(Op::LIST_TO_TUPLE)](t, i);
+  FJ_UNSUPPORTED(kUnsupportedOpcode, "CALL_INTRINSIC_1 {} is not traced yet", i.arg);
+}
+
 const HandlerTable& handlers() {
   static const HandlerTable table = [] {
     HandlerTable t{};
@@ -23,6 +35,7 @@ const HandlerTable& handlers() {
     register_call_ops(t);
     register_build_ops(t);
     register_control_ops(t);
+    t[static_cast<size_t>(Op::CALL_INTRINSIC_1)] = op_call_intrinsic_1;
     return t;
   }();
   return table;

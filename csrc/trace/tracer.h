@@ -215,6 +215,11 @@ class Tracer {
   void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                    KwValues kwargs);
   void inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
+  // When the class of `self` (a plain object, not a class) defines the special method `name` as
+  // a Python function (a Mapping subclass's __contains__ / __len__ / __getitem__): guards that
+  // on the class where `self` has a source and inlines name(self, *rest). False, doing nothing,
+  // otherwise. Borrowed: name (an interned str).
+  bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest);
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);

@@ -79,15 +79,17 @@ def _ranges(t):
     return out
 
 
-def plan_symbolic_dims(values, names, pinned, own, dynamic, seen, place):
+def plan_symbolic_dims(values, names, pinned, own, dense, dynamic, seen, place):
     """Per graph input, the dims to make symbolic (a list, empty for none); None if no input
     has one. ``values``: the inputs' values at this compile (None: not read from a source);
-    ``names``: their sources; ``pinned``: per input, the dims whose size Python read
-    or None: all of them; ``own``: whether the input is the frame's own (a local or an item of one: ``dynamic=True`` applies to
-    those, not to module parameters and buffers); ``seen``: the code object's memory of the
-    sizes each place (compile call, pc) compiled for, updated here."""
+    ``names``: their sources; ``pinned``: per input, the dims whose size Python read, or None:
+    all of them; ``own``: whether the input is the frame's own (a local or an item of one:
+    ``dynamic=True`` applies to those, not to module parameters and buffers); ``dense``: whether
+    it is a dense strided tensor (the layout a guard checks in place of exact strides; others
+    keep exact sizes); ``seen``: the code object's memory of the sizes each place (compile call,
+    pc) compiled for, updated here."""
     plan, any_dims = [], False
-    for value, name, fixed, is_own in zip(values, names, pinned, own):
+    for value, name, fixed, is_own, is_dense in zip(values, names, pinned, own, dense):
         dims = []
         if isinstance(value, torch.Tensor) and value.dim() > 0 and name:
             sizes = tuple(value.shape)
@@ -110,10 +112,9 @@ def plan_symbolic_dims(values, names, pinned, own, dynamic, seen, place):
                               f"the code reads their size into Python, so they stay static",
                               FramejitWarning, stacklevel=2)
             wanted -= set(fixed)
-            # Sizes 0 and 1 stay static (a backend specialises them, as torch.compile does); a
-            # tensor that is not dense keeps exact sizes and strides.
+            # Sizes 0 and 1 stay static (a backend specialises them, as torch.compile does).
             wanted = {d for d in wanted if sizes[d] > 1}
-            if wanted and value.layout == torch.strided and _dense(value):
+            if wanted and is_dense:
                 dims = sorted(wanted)
                 any_dims = True
         plan.append(dims)
@@ -220,13 +221,3 @@ def _predicate(guards, names):
 
     return check, explain, inputs
 
-
-def _dense(t):
-    """Whether t's strides are a contiguous tensor's in some order of its dims (as the guard's
-    layout check in csrc/guards/tensor_check.cpp: a size-1 dim may have any stride)."""
-    expected = 1
-    for d in sorted(range(t.dim()), key=lambda d: (t.stride(d), -d)):
-        if t.size(d) != 1 and t.stride(d) != expected:
-            return False
-        expected *= t.size(d)
-    return True
