@@ -189,8 +189,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
       return (PyTuple_CheckExact(value) || PyList_CheckExact(value)) &&
              PySequence_Fast_GET_SIZE(value) == guard.n;
-    case GuardKind::kDictContains: {
-      if (!PyDict_CheckExact(value)) return false;
+    case GuardKind::kDictContains: {  // a dict's own contents (of a subclass too)
+      if (!PyDict_Check(value)) return false;
       const int has = PyDict_Contains(value, expected);
       if (has < 0) PyErr_Clear();
       return has == guard.n;

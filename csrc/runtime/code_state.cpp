@@ -113,7 +113,7 @@ bool should_skip_code(PyCodeObject* code) {
     return true;
   }
   const std::string filename = name;
-  if (filename.empty() || starts_with(filename, "<frozen")) return true;  // importlib & co.
+  if (filename.empty()) return true;
   const RuntimeState& rs = runtime_state();
   for (const auto& known : rs.allow_codes) {
     if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
@@ -121,7 +121,9 @@ bool should_skip_code(PyCodeObject* code) {
   for (const auto& [prefix, traced] : rs.path_rules) {
     if (starts_with(filename, prefix)) return !traced;
   }
-  return false;
+  // Frozen modules (importlib & co.) are not traced, unless a rule names one
+  // ("<frozen _collections_abc>": a traced part of the standard library, frozen on 3.11+).
+  return starts_with(filename, "<frozen");
 }
 
 const Bytecode& decoded_bytecode(PyCodeObject* code, CodeState& state) {

@@ -97,6 +97,12 @@ ValuePtr wrap_unsourced(py::object value) {
   return constant ? Value::constant(std::move(value)) : Value::object(std::move(value));
 }
 
+bool reads_items_as_dict(PyObject* obj) {
+  if (PyDict_CheckExact(obj)) return true;
+  static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
+  return PyDict_Check(obj) && _PyType_Lookup(Py_TYPE(obj), kGetitem) == _PyType_Lookup(&PyDict_Type, kGetitem);
+}
+
 ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self) {
   ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(fn));
   if (kind == AttrKind::kFunction || kind == AttrKind::kProperty) method->bound_self = self;
@@ -106,6 +112,11 @@ ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self
     method->bound_self = self_is_class ? self : Value::object(type_of(self));
   }
   if (kind == AttrKind::kProperty) method->role = ObjRole::kProperty;
+  if (kind == AttrKind::kBuiltinMethod) {  // dict.get / object.__setattr__, bound to self
+    method->role = ObjRole::kTypeMethod;
+    method->method = py::str(fn.attr("__name__")).cast<std::string>();
+    method->bound_self = self;
+  }
   return method;
 }
 
@@ -266,6 +277,13 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         return item(store, Value::constant(py::str(name)));
       }
       if (kind == AttrKind::kInstance || kind == AttrKind::kClassValue) {
+        if (base->source < 0 && base->frozen) {  // class data: read as it is now
+          try {
+            return class_data(base->obj.attr(name.c_str()));
+          } catch (const py::error_already_set&) {
+            FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+          }
+        }
         if (base->source < 0) break;
         ValuePtr value = entry_.load(how == AttrLookup::kGeneric
                                          ? entry_.sources().generic_attr(base->source, name)
@@ -290,7 +308,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
 }
 
 ValuePtr Tracer::read_attribute(const ValuePtr& base, const std::string& name, AttrLookup how) {
-  ValuePtr attribute = attr(base, name, how);
+  return finish_read(attr(base, name, how));
+}
+
+ValuePtr Tracer::finish_read(const ValuePtr& attribute) {
   if (attribute->is(ObjRole::kAttrHook)) {  // type(base).__getattribute__(base, name), inlined
     inline_call(Value::object(attribute->obj), attribute->obj,
                 {attribute->bound_self, Value::constant(py::str(attribute->method))}, {});
@@ -342,8 +363,9 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
   }
   const std::string name = name_value->obj.cast<std::string>();
   if (which == "setattr") {  // as `obj.name = value` (STORE_ATTR)
-    store_attr(args[0], name, args[2]);
-    return Value::constant(py::none());
+    if (!store_attr(args[0], name, args[2])) return Value::constant(py::none());
+    frame().on_found = Value::constant(py::none());  // setattr() returns None, not __setattr__'s result
+    return nullptr;
   }
   const ValuePtr& base = args[0];
   if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr())) {
@@ -365,6 +387,29 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
       frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
       if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
       return nullptr;
+    }
+  }
+  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
+      (which == "hasattr" || args.size() == 3)) {
+    // A property (getattr(cache, "is_compileable", False)): its getter runs; an AttributeError
+    // from a lookup it makes gives the default (hasattr: False).
+    static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
+    PyTypeObject* type = Py_TYPE(base->obj.ptr());
+    py::str key(name);
+    PyObject* found = _PyType_Lookup(type, key.ptr());  // Borrowed
+    if (found != nullptr && PyObject_TypeCheck(found, &PyProperty_Type) &&
+        _PyType_Lookup(type, kGetattr) == nullptr) {
+      py::object getter = py::reinterpret_borrow<py::object>(found).attr("fget");
+      if (PyFunction_Check(getter.ptr())) {
+        if (base->source >= 0) {
+          guard_class_attribute(base, name, true, /*same_object=*/true);
+          guard_class_attribute(base, "__getattr__", false);
+        }
+        inline_call(Value::object(getter), getter, {base}, {});
+        frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
+        if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
+        return nullptr;
+      }
     }
   }
   const bool present = attribute_present(base, name);
@@ -561,7 +606,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
           FJ_UNSUPPORTED(kUnsupportedValue, "index {} of {}", safe_repr(k), base->describe());
         }
       }
-      if (base->source >= 0 && PyDict_CheckExact(base->obj.ptr())) {
+      if (base->source >= 0 && reads_items_as_dict(base->obj.ptr())) {
         if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
           FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",
                          safe_repr(k));
@@ -577,10 +622,13 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} is not traced yet", base->describe());
 }
 
-void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePtr value) {
+bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePtr value) {
   if (target->is(ObjRole::kNewObject)) {
+    // A class's own __setattr__ (ModelOutput's) runs for every store: inlined.
+    static PyObject* const kSetattr = PyUnicode_InternFromString("__setattr__");
+    if (inline_special_method(target, kSetattr, {Value::constant(py::str(name)), value})) return true;
     new_object_store(target, name, std::move(value));
-    return;
+    return false;
   }
   if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||
       PyType_Check(target->obj.ptr()) || target->is_special_object() || target->bound_self) {
@@ -596,18 +644,26 @@ void Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
                    target->describe());
   }
   effects_.record(target, name, std::move(value));
+  return false;
 }
 
-void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value) {
-  if (container->kind == VKind::kTensor) {
-    record_operator("setitem", "", {container, key, value});
-    return;
+bool Tracer::store_item(const ValuePtr& container_in, const ValuePtr& key, const ValuePtr& value) {
+  if (container_in->kind == VKind::kTensor) {
+    record_operator("setitem", "", {container_in, key, value});
+    return false;
   }
+  static PyObject* const kSetitem = PyUnicode_InternFromString("__setitem__");
+  if (container_in->is(ObjRole::kNewObject) && inline_special_method(container_in, kSetitem, {key, value})) {
+    return true;
+  }
+  // An object the trace made that is a dict (subclass): its items.
+  const ValuePtr& container = container_in->is(ObjRole::kNewObject) && container_in->mapping
+                                  ? container_in->mapping : container_in;
   if (container->kind == VKind::kObject && container->source >= 0 &&
       PyDict_CheckExact(container->obj.ptr()) && key->is_const()) {
     // `inputs["y"] += x` stores back the very tensor it read (mutated in place): no side effect.
     const int slot = entry_.sources().find(entry_.sources().item(container->source, key->obj));
-    if (slot >= 0 && entry_.value_at(slot) == value) return;
+    if (slot >= 0 && entry_.value_at(slot) == value) return false;
   }
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "item assignment with key {}", key->describe());
@@ -620,13 +676,13 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
     if (i < 0) i += n;
     if (i < 0 || i >= n) FJ_UNSUPPORTED(kUnsupportedValue, "index {} out of range", i);
     container->items[i] = value;
-    return;
+    return false;
   }
   if (container->kind == VKind::kDict) {
     for (size_t i = 0; i < container->keys.size(); ++i) {
       if (container->keys[i].equal(k)) {
         container->items[i] = value;
-        return;
+        return false;
       }
     }
     if (container->iterated) {  // ends the region first: the real iterator raises
@@ -634,7 +690,7 @@ void Tracer::store_item(const ValuePtr& container, const ValuePtr& key, const Va
     }
     container->keys.push_back(k);
     container->items.push_back(value);
-    return;
+    return false;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "item assignment into {}", container->describe());
 }

@@ -234,6 +234,17 @@ bool iterates_rows(const std::string& name, const ValuePtr& arg, const std::vect
          arg.get() == args[0].get();
 }
 
+// Whether `method` called on `self` (an object read by source) reads its dict as a plain dict
+// does: a dict, or a dict subclass reached through dict's own method (super().get in a
+// registry class) whose item reads (by source) are dict's too.
+bool raw_dict_read(const ValuePtr& method, const ValuePtr& self) {
+  PyObject* obj = self->obj.ptr();
+  if (PyDict_CheckExact(obj)) return true;
+  if (!PyDict_Check(obj) || !method->is(ObjRole::kTypeMethod)) return false;
+  py::str name(method->method);
+  return method->obj.ptr() == _PyType_Lookup(&PyDict_Type, name.ptr()) && reads_items_as_dict(obj);
+}
+
 // Builtins that iterate their arguments (and nothing else about them).
 bool consumes_iterables(const std::string& name) {
   static const char* kNames[] = {"enumerate", "zip", "reversed", "len", "list", "tuple", "sum",
@@ -331,6 +342,46 @@ ValuePtr Tracer::iterator_builtin(const std::string& name, const std::vector<Val
   return nullptr;
 }
 
+ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  // dict(), dict(mapping), dict(pairs), dict(**kw): a new dict of the trace.
+  ValuePtr out = Value::dict({}, {});
+  auto set = [&](py::object key, ValuePtr value) {
+    for (size_t i = 0; i < out->keys.size(); ++i) {
+      if (out->keys[i].equal(key)) {
+        out->items[i] = std::move(value);
+        return;
+      }
+    }
+    out->keys.push_back(std::move(key));
+    out->items.push_back(std::move(value));
+  };
+  if (args.size() > 1) FJ_UNSUPPORTED(kUnsupportedCall, "dict() with {} positional arguments", args.size());
+  if (args.size() == 1) {
+    const ValuePtr& from = args[0];
+    std::vector<std::pair<py::object, ValuePtr>> entries;
+    if (from->kind == VKind::kDict) {
+      for (size_t i = 0; i < from->keys.size(); ++i) set(from->keys[i], from->items[i]);
+    } else if (from->is(ObjRole::kNewObject) && from->mapping) {
+      for (size_t i = 0; i < from->mapping->keys.size(); ++i) set(from->mapping->keys[i], from->mapping->items[i]);
+    } else if (dict_by_source(from, entries)) {
+      for (auto& [key, value] : entries) set(key, value);
+    } else if (from->is_sequence()) {
+      for (const ValuePtr& pair_in : from->items) {
+        const ValuePtr pair = sizes_.concretize(pair_in);
+        std::vector<ValuePtr> kv;
+        if (!iterable_items(pair, kv) || kv.size() != 2 || !kv[0]->is_constant_tree()) {
+          FJ_UNSUPPORTED(kUnsupportedCall, "dict() of {}", pair->describe());
+        }
+        set(kv[0]->as_python(), kv[1]);
+      }
+    } else {
+      FJ_UNSUPPORTED(kUnsupportedCall, "dict() of {}", from->describe());
+    }
+  }
+  for (const auto& [key, value] : kwargs) set(py::str(key), value);
+  return out;
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
   if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
@@ -339,7 +390,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   // A method loaded by LOAD_METHOD: args[0] is self. A tensor method read by LOAD_ATTR carries
   // its tensor as bound_self instead.
-  if (fn->is_special_object() && fn->bound_self && fn->bound_self->kind == VKind::kTensor) {
+  if (fn->is_special_object() && fn->bound_self &&
+      (fn->bound_self->kind == VKind::kTensor || fn->is(ObjRole::kTypeMethod))) {
+    // (and a builtin base's method bound by super() or read off a new object: dict.get)
     args.insert(args.begin(), fn->bound_self);
   }
   if (fn->is(ObjRole::kGradExit) || fn->is(ObjRole::kInferenceExit) ||
@@ -369,6 +422,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->is_special_object()) {
     const std::string& name = fn->method;
     const ValuePtr self = args.at(0);
+    if (fn->is(ObjRole::kTypeMethod) && self->is(ObjRole::kNewObject)) {
+      return new_object_method(name, args, kwargs);
+    }
     if (self->kind == VKind::kTensor) {
       const TensorMethodKind kind = tensor_method_kind(name);
       if (kind == TensorMethodKind::kOp) {
@@ -438,8 +494,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       return args.size() == 3 ? args[2] : Value::constant(py::none());
     }
-    if (self->kind == VKind::kObject && self->source >= 0 &&
-        PyDict_CheckExact(self->obj.ptr()) && name == "get" && kwargs.empty() &&
+    if (self->kind == VKind::kObject && self->source >= 0 && raw_dict_read(fn, self) &&
+        name == "get" && kwargs.empty() &&
         (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
       const py::object key = args[1]->as_python();
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
@@ -477,6 +533,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == CallableKind::kCompilingFlag && args.empty() && kwargs.empty()) {
     return Value::constant(py::bool_(true));  // the library takes its compile-friendly path
+  }
+  if (kind == CallableKind::kExportingFlag && args.empty() && kwargs.empty()) {
+    return Value::constant(py::bool_(false));  // a compile, not an export
   }
   if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
   if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
@@ -551,6 +610,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
     }
   }
+  if (kind == CallableKind::kBuiltin && callable.ptr() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+    return dict_call(args, kwargs);
+  }
   if (kind == CallableKind::kBuiltin && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);
@@ -596,6 +658,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         frame().result_truth = 3;
         return nullptr;
       }
+      if (v->is(ObjRole::kNewObject) && v->mapping) return Value::constant(py::int_(v->mapping->items.size()));
     }
   }
   if (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs)) {

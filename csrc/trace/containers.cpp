@@ -38,6 +38,9 @@ bool is_mutating_method(const std::string& name) {
 }  // namespace
 
 void Tracer::make_writable(const ValuePtr& container) {
+  if (container->frozen) {
+    FJ_UNSUPPORTED(kSideEffect, "a write into the __dict__ of an object this trace made");
+  }
   if (container->source < 0 || container->adopted) return;
   const bool list = container->kind == VKind::kList;
   const bool dict = container->is(ObjRole::kPlain) && !container->bound_self &&

@@ -119,7 +119,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       if (value->role == ObjRole::kNewObject) {  // an object made in the trace, escaping
         py::tuple names(value->keys.size());
         for (size_t i = 0; i < value->keys.size(); ++i) names[i] = value->keys[i];
-        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(names)};
+        std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(names),
+                                      value->mapping ? rebuild_of(value->mapping)
+                                                     : Rebuild::constant(py::none())};
         for (const auto& part : value->items) parts.push_back(rebuild_of(part));
         return memoised(Rebuild::call(PyRefs::get().support.attr("new_object"), std::move(parts)),
                         value);

@@ -160,11 +160,16 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
 
 bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
                                    std::vector<ValuePtr> rest) {
-  if (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr())) return false;
-  PyObject* hook = _PyType_Lookup(Py_TYPE(self->obj.ptr()), name);  // Borrowed
+  const bool made = self->is(ObjRole::kNewObject);  // obj: its class
+  if (!made && (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr()))) {
+    return false;
+  }
+  PyTypeObject* type = made ? reinterpret_cast<PyTypeObject*>(self->obj.ptr()) : Py_TYPE(self->obj.ptr());
+  PyObject* hook = _PyType_Lookup(type, name);  // Borrowed
   if (hook == nullptr || !PyFunction_Check(hook)) return false;
-  if (self->source >= 0) {
-    guard_class_attribute(self, py::str(name).cast<std::string>(), true, /*same_object=*/true);
+  const ValuePtr& guarded = made ? self->origin : self;
+  if (guarded && guarded->source >= 0) {
+    guard_class_attribute(guarded, py::str(name).cast<std::string>(), true, /*same_object=*/true);
   }
   rest.insert(rest.begin(), self);
   inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, std::move(rest), {});

@@ -22,7 +22,8 @@ namespace framejit {
   V(kModuleListing, MODULE_LISTING)       /* Module.modules(), parameters(), ... */          \
   V(kAttributeBuiltin, ATTRIBUTE_BUILTIN) /* getattr, hasattr, setattr */                    \
   V(kNextBuiltin, NEXT_BUILTIN)           /* next */                                         \
-  V(kCompilingFlag, COMPILING_FLAG)       /* torch.compiler.is_compiling & co: True here */
+  V(kCompilingFlag, COMPILING_FLAG)       /* torch.compiler.is_compiling & co: True here */ \
+  V(kExportingFlag, EXPORTING_FLAG)       /* torch.compiler.is_exporting: False here */
 
 // How obj.name resolves without running user code (_support.resolve_attribute and friends).
 #define FJ_FOREACH_ATTR_KIND(V)                                                           \
@@ -34,7 +35,9 @@ namespace framejit {
   V(kStaticMethod, STATICMETHOD)     /* value: the function */                            \
   V(kClassMethod, CLASSMETHOD)       /* value: the function */                            \
   V(kProperty, PROPERTY)             /* value: its getter */                              \
-  V(kObjectGetattribute, OBJECT_GETATTRIBUTE) /* object.__getattribute__ (super() of it) */
+  V(kObjectGetattribute, OBJECT_GETATTRIBUTE) /* object.__getattribute__ (super() of it) */ \
+  V(kBuiltinMethod, BUILTIN_METHOD)  /* dict.get, object.__setattr__ past Python classes; */ \
+                                     /* value: the descriptor */
 
 // Whether hasattr(obj, name) holds, decided without running user code
 // (_support.attribute_presence).

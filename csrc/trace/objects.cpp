@@ -2,6 +2,7 @@
 // whose attributes live in the trace until a region exit builds the real object.
 #include <algorithm>
 
+#include "trace/entry_state.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
@@ -13,6 +14,7 @@ void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
   self->kind = VKind::kObject;
   self->obj = py::reinterpret_borrow<py::object>(cls);
   self->role = ObjRole::kNewObject;
+  if (!PyRefs::get().support.attr("mapping_base")(cls).is_none()) self->mapping = Value::dict({}, {});
   if (fn->source >= 0 && PyType_Check(fn->obj.ptr())) {
     // Methods are read from the class when the trace runs: guarded to stay those objects.
     self->origin = fn;
@@ -31,11 +33,35 @@ void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
   frame().constructed = self;  // the inlined __init__'s frame: its call results in self
 }
 
+ValuePtr class_data(py::object value) {
+  if (PyDict_CheckExact(value.ptr()) && PyDict_Size(value.ptr()) <= 256) {
+    std::vector<py::object> keys;
+    std::vector<ValuePtr> items;
+    for (auto [key, item] : py::cast<py::dict>(value)) {
+      keys.push_back(py::reinterpret_borrow<py::object>(key));
+      items.push_back(class_data(py::reinterpret_borrow<py::object>(item)));
+    }
+    ValuePtr copy = Value::dict(std::move(keys), std::move(items));
+    copy->frozen = true;
+    return copy;
+  }
+  ValuePtr out = wrap_unsourced(std::move(value));
+  if (out->is(ObjRole::kPlain) && !is_identity_object(out->obj.ptr())) out->frozen = true;
+  return out;
+}
+
 ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) {
   for (size_t i = 0; i < self->keys.size(); ++i) {
     if (self->keys[i].cast<std::string>() == name) return self->items[i];
   }
   if (name == "__class__") return Value::object(self->obj);
+  if (name == "__dict__") {
+    // A copy of its attributes so far, to read (`self.__dict__.get(name)`); a write into it
+    // ends the region (make_writable).
+    ValuePtr copy = Value::dict(self->keys, self->items);
+    copy->frozen = true;
+    return copy;
+  }
   py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);
   const auto kind = how[0].cast<AttrKind>();
   if (kind == AttrKind::kMissing) {
@@ -43,8 +69,9 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
                    py::str(self->obj.attr("__name__")).cast<std::string>(), name);
   }
   if (kind == AttrKind::kClassValue) {
-    // A class attribute read as it is now (like methods of user classes, not guarded).
-    return wrap_unsourced(py::reinterpret_borrow<py::object>(how[1]));
+    // A class attribute read as it is now (like methods of user classes, not guarded). A dict
+    // (a dataclass's __dataclass_fields__): a copy to read, that no write may change.
+    return class_data(py::reinterpret_borrow<py::object>(how[1]));
   }
   if (self->origin) guard_class_attribute(self->origin, name, true, /*same_object=*/true);
   return bind_class_attribute(kind, how[1], self);
@@ -64,6 +91,53 @@ void Tracer::new_object_store(const ValuePtr& self, const std::string& name, Val
   }
   self->keys.push_back(py::str(name));
   self->items.push_back(std::move(value));
+}
+
+ValuePtr Tracer::new_object_method(const std::string& name, std::vector<ValuePtr>& args,
+                                   const KwValues& kwargs) {
+  const ValuePtr self = args.at(0);
+  if (name == "__setattr__" && args.size() == 3 && kwargs.empty()) {
+    // object.__setattr__(self, name, value): stored, past the class's own __setattr__.
+    const ValuePtr attribute = sizes_.concretize(args[1]);
+    if (!attribute->is_const() || !PyUnicode_CheckExact(attribute->obj.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "object.__setattr__ with a name not known at trace time");
+    }
+    new_object_store(self, attribute->obj.cast<std::string>(), args[2]);
+    return Value::constant(py::none());
+  }
+  if (!self->mapping) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "method {} of {} is not traced yet", name, self->describe());
+  }
+  // The dict's own methods, on its items (past any override in the class: super() or a method
+  // the class does not define).
+  std::vector<ValuePtr> on_items = args;
+  on_items[0] = self->mapping;
+  if (kwargs.empty() && name == "__setitem__" && args.size() == 3) {
+    store_item(self->mapping, args[1], args[2]);
+    return Value::constant(py::none());
+  }
+  if (kwargs.empty() && name == "__getitem__" && args.size() == 2) return item(self->mapping, args[1]);
+  if (kwargs.empty() && name == "__len__" && args.size() == 1) {
+    return Value::constant(py::int_(self->mapping->items.size()));
+  }
+  if (kwargs.empty() && name == "__contains__" && args.size() == 2 && args[1]->is_constant_tree()) {
+    const py::object key = args[1]->as_python();
+    for (const py::object& k : self->mapping->keys) {
+      if (k.equal(key)) return Value::constant(py::bool_(true));
+    }
+    return Value::constant(py::bool_(false));
+  }
+  if (kwargs.empty() && name == "get" && (args.size() == 2 || args.size() == 3) &&
+      args[1]->is_constant_tree()) {
+    const py::object key = args[1]->as_python();
+    for (size_t i = 0; i < self->mapping->keys.size(); ++i) {
+      if (self->mapping->keys[i].equal(key)) return self->mapping->items[i];
+    }
+    return args.size() == 3 ? args[2] : Value::constant(py::none());
+  }
+  if (kwargs.empty() && name == "__iter__" && args.size() == 1) return Value::iter_over(self->mapping);
+  if (ValuePtr out = container_method(name, on_items, kwargs)) return out;
+  FJ_UNSUPPORTED(kUnsupportedCall, "method {} of {} is not traced yet", name, self->describe());
 }
 
 ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,

@@ -290,6 +290,15 @@ bool same_object_guarded(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs) {
   return same;
 }
 
+bool is_singleton(PyObject* obj) {
+  return obj == Py_None || PyBool_Check(obj) || obj == Py_Ellipsis || obj == Py_NotImplemented;
+}
+
+bool is_container(const ValuePtr& v) {
+  return v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict ||
+         v->kind == VKind::kIter;
+}
+
 void op_is(Tracer& t, const Instr& i) {
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
@@ -305,6 +314,9 @@ void op_is(Tracer& t, const Instr& i) {
     same = same_object_guarded(t, lhs, rhs);
   } else if ((lhs->is_tensor() && rhs->is_const()) || (lhs->is_const() && rhs->is_tensor())) {
     same = false;  // a tensor is never a constant such as None
+  } else if ((lhs->is_const() && is_singleton(lhs->obj.ptr()) && is_container(rhs)) ||
+             (rhs->is_const() && is_singleton(rhs->obj.ptr()) && is_container(lhs))) {
+    same = false;  // `hidden_states is None` of a tuple: a tuple, list or dict is no None
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", lhs->describe(), rhs->describe());
   }
@@ -335,6 +347,7 @@ void op_contains(Tracer& t, const Instr& i) {
     t.frame().result_truth = i.arg ? 2 : 1;
     return;
   }
+  if (container->is(ObjRole::kNewObject) && container->mapping) container = container->mapping;
   if (compares_by_identity(needle) && container->is_sequence()) {
     // `action in (Action.A, Action.B)` of objects that compare as object does: `is`, guarded.
     bool found = false;

@@ -50,9 +50,13 @@ void push_method(Tracer& t, const std::string& name) {
     t.push(self);
     return;
   }
-  ValuePtr attribute = t.attr(self, name);
-  if (attribute->is(ObjRole::kProperty)) {
-    FJ_UNSUPPORTED(kUnsupportedValue, "calling the value of property {}", name);
+  ValuePtr attribute = t.attr(self, name, Tracer::AttrLookup::kInlinable);
+  if (attribute->is(ObjRole::kProperty) || attribute->is(ObjRole::kAttrHook)) {
+    // A property's value, or a read through the class's own __getattribute__, called next: the
+    // getter is inlined and its result lands above the NULL (CPython's [NULL, attribute]).
+    t.push(Value::null());
+    if (ValuePtr value = t.finish_read(attribute)) t.push(std::move(value));
+    return;
   }
 
   if (attribute->kind == VKind::kObject && attribute->bound_self &&
@@ -95,6 +99,13 @@ void op_binary_subscr(Tracer& t, const Instr&) {
       !PyTuple_Check(obj) && !is_nn_module(obj) && t.inline_special_method(base, kGetitem, {key})) {
     return;
   }
+  if (base->is(ObjRole::kNewObject)) {  // its class's __getitem__, or its dict's items
+    if (t.inline_special_method(base, kGetitem, {key})) return;
+    if (base->mapping) {
+      t.push(t.item(base->mapping, key));
+      return;
+    }
+  }
   t.push(t.item(base, key));
 }
 
@@ -114,7 +125,7 @@ void op_store_subscr(Tracer& t, const Instr&) {
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
   ValuePtr value = t.pop();
-  t.store_item(container, key, value);
+  if (t.store_item(container, key, value)) t.frame().discard_result = true;
 }
 
 void op_delete_subscr(Tracer& t, const Instr&) {  // [container, key] -> del container[key]
@@ -126,7 +137,7 @@ void op_delete_subscr(Tracer& t, const Instr&) {  // [container, key] -> del con
 void op_store_attr(Tracer& t, const Instr& i) {  // [value, owner] -> owner.name = value
   ValuePtr owner = t.pop();
   ValuePtr value = t.pop();
-  t.store_attr(owner, t.co_name(i.arg), std::move(value));
+  if (t.store_attr(owner, t.co_name(i.arg), std::move(value))) t.frame().discard_result = true;
 }
 
 void op_store_global(Tracer& t, const Instr& i) {

@@ -47,20 +47,38 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
   ValuePtr args_value = t.pop();
   ValuePtr fn = t.pop();
   ValuePtr null = t.pop();
-  if (!args_value->is_sequence() || (kwargs_value && kwargs_value->kind != VKind::kDict)) {
+  std::vector<ValuePtr> args;
+  if (args_value->is_sequence()) {
+    args = args_value->items;
+  } else if (args_value->is_const() && PyTuple_CheckExact(args_value->obj.ptr())) {
+    for (py::handle item : args_value->obj) {  // a constant tuple: f(*(), **kw), f(*(1, 2))
+      args.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+  } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "f(*args, **kwargs) with {}", args_value->describe());
   }
   KwValues kwargs;
-  if (kwargs_value) {
+  if (kwargs_value && kwargs_value->kind == VKind::kDict) {
     for (size_t k = 0; k < kwargs_value->keys.size(); ++k) {
       kwargs.emplace_back(py::str(kwargs_value->keys[k]).cast<std::string>(),
                           kwargs_value->items[k]);
+    }
+  } else if (kwargs_value) {
+    // A dict that existed before the region (f(**self.defaults)): its keys guarded, its items
+    // read by source.
+    std::vector<std::pair<py::object, ValuePtr>> entries;
+    if (!t.dict_by_source(kwargs_value, entries)) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "f(*args, **kwargs) with {}", kwargs_value->describe());
+    }
+    for (auto& [key, value] : entries) {
+      if (!PyUnicode_CheckExact(key.ptr())) FJ_UNSUPPORTED(kUnsupportedValue, "f(**kwargs) with a key that is not a str");
+      kwargs.emplace_back(key.cast<std::string>(), std::move(value));
     }
   }
   if (null->kind != VKind::kNull) {
     FJ_UNSUPPORTED(kUnsupportedValue, "f(*args) on a method");
   }
-  ValuePtr result = t.call(fn, args_value->items, std::move(kwargs));
+  ValuePtr result = t.call(fn, std::move(args), std::move(kwargs));
   if (result) t.push(result);
 }
 

@@ -16,6 +16,11 @@ namespace framejit {
 // constants for None/numbers/str/dtype/device, else an object used by reference.
 ValuePtr wrap_unsourced(py::object value);
 
+// Data of a class read at trace time, unguarded, as its methods are (a dataclass's
+// __dataclass_fields__ and its Field objects): a dict becomes a copy no write may change, an
+// object a `frozen` kObject whose own attributes are read the same way.
+ValuePtr class_data(py::object value);
+
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 
@@ -32,6 +37,10 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 // Whether the last dotted part of `text` ("split" of "torch.split", or a bare method name) is
 // one of `names`.
 bool base_name_in(const std::string& text, std::initializer_list<const char*> names);
+
+// A dict, or a dict subclass whose item reads are dict's own (no __getitem__ of its own: a
+// registry class): its items read by source are its raw items. Borrowed: obj.
+bool reads_items_as_dict(PyObject* obj);
 
 // What the Tensor method `name` is to the tracer (cached _support.tensor_method_kind).
 TensorMethodKind tensor_method_kind(const std::string& name);

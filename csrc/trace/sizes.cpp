@@ -155,7 +155,12 @@ Node* SizeTracker::size_node(const ValuePtr& value) {
 }
 
 ValuePtr SizeTracker::concretize(const ValuePtr& value) {
-  if (value->kind == VKind::kSymNum) return value->is_size_expr() ? specialize(value) : value;
+  if (value->kind == VKind::kSymNum) {
+    if (!value->is_size_expr()) return value;
+    // A comparison's result used as a value (`a == b or ...` left on the stack): its truth,
+    // guarded as decide() guards a branch on it.
+    return PyBool_Check(value->obj.ptr()) ? decide(value) : specialize(value);
+  }
   if (!value->holds_size_expr()) return value;
   ValuePtr copy = Value::map_items(value, [this](const ValuePtr& item) { return concretize(item); });
   if (copy->kind == VKind::kTuple && copy->is_constant_tree()) {
@@ -270,6 +275,64 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   // The relation that holds: the operator, or its negation where the answer was False.
   auto rel = static_cast<SizeRelation>(op_at - kOps.begin());
   if (value->obj.ptr() != Py_True) rel = negated(rel);
+  // Both sides as sums of inputs' sizes times ints plus an int (`kv_length == q_length` with
+  // kv_length = q_length + past): their difference decides what to guard.
+  std::map<std::pair<const Value*, int>, std::pair<int64_t, ValuePtr>> terms;  // by tensor, dim
+  int64_t offset = 0;
+  std::function<bool(const ValuePtr&, int64_t)> linear = [&](const ValuePtr& v, int64_t scale) {
+    if (v->is_const() && PyLong_CheckExact(v->obj.ptr())) {
+      int overflow = 0;
+      const int64_t n = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
+      if (overflow != 0 || n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) return false;
+      offset += scale * n;
+      return true;
+    }
+    if (v->kind != VKind::kSymNum) return false;
+    if (v->size_of) {  // size d of a tensor (an input's, or one the graph makes)
+      auto& term = terms[{v->size_of.get(), v->size_dim}];
+      term.first += scale;
+      term.second = v;
+      return true;
+    }
+    if (!v->fn) return false;
+    const std::string op = py::str(v->fn.attr("__name__")).cast<std::string>();
+    if ((op == "add" || op == "sub") && v->items.size() == 2) {
+      return linear(v->items[0], scale) && linear(v->items[1], op == "add" ? scale : -scale);
+    }
+    if (op == "neg" && v->items.size() == 1) return linear(v->items[0], -scale);
+    if (op == "pos" && v->items.size() == 1) return linear(v->items[0], scale);
+    return false;
+  };
+  if (linear(value->items[0], 1) && linear(value->items[1], -1)) {
+    std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
+    bool inputs = true;
+    for (const auto& [key, term] : terms) {
+      if (term.first == 0) continue;
+      left.emplace_back(input_size_of(term.second), term.first);
+      inputs = inputs && left.back().first.first >= 0;
+    }
+    // The same sizes on both sides cancel: true or false whatever the sizes (`q + 0 == q`).
+    if (left.empty()) return Value::constant(value->obj);
+    if (!inputs) left.clear();
+    if (left.size() == 2 && offset == 0 && left[0].second + left[1].second == 0 &&
+        (left[0].second == 1 || left[0].second == -1)) {
+      auto lhs = left[0].first, rhs = left[1].first;
+      if (left[0].second == -1) std::swap(lhs, rhs);
+      entry_.guard_size_relation(lhs.first, lhs.second, rel, rhs.first, rhs.second);
+      dim_reads_.push_back(fmt::format("{}.size({}) {} {}.size({}): a comparison at {}",
+                                       entry_.sources().at(lhs.first).text, lhs.second,
+                                       relation_text(rel), entry_.sources().at(rhs.first).text,
+                                       rhs.second, recorder_.site().here()));
+      return Value::constant(value->obj);
+    }
+    if (left.size() == 1 && (left[0].second == 1 || left[0].second == -1) && rel != SizeRelation::kEq) {
+      // s + offset REL 0, or -s + offset REL 0 (offset REL s): a range of s.
+      const auto size = left[0].first;
+      const SizeRelation r = left[0].second == 1 ? rel : flipped(rel);
+      const int64_t c = left[0].second == 1 ? -offset : offset;
+      return size_range(value, size, r, c);
+    }
+  }
   const auto lhs = input_size_of(value->items[0]);
   const auto rhs = input_size_of(value->items[1]);
   if (lhs.first >= 0 && rhs.first >= 0) {  // two inputs' sizes: guarded as their relation
@@ -296,6 +359,11 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   const int64_t c = PyLong_AsLongLongAndOverflow(bound->obj.ptr(), &overflow);
   if (overflow != 0 || c <= INT64_MIN + 1 || c >= INT64_MAX - 1) return specialize(value);
   if (rel == SizeRelation::kEq) return specialize(value);  // one size: pinned
+  return size_range(value, size, rel, c);
+}
+
+ValuePtr SizeTracker::size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel,
+                                 int64_t c) {
   TensorSpec::DimRange range{size.second, INT64_MIN, INT64_MAX};
   switch (rel) {
     case SizeRelation::kLt: range.hi = c - 1; break;

@@ -102,6 +102,8 @@ class SizeTracker {
   // The input size a size expression is, as (slot, dim), or (-1, -1): a size read straight from
   // a graph input that no in-place op reshaped.
   std::pair<int, int> input_size_of(const ValuePtr& value) const;
+  // decide() for `size REL c` (not ==): a range of that size, guarded; the comparison's result.
+  ValuePtr size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel, int64_t c);
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
   RankMemo ranks_;

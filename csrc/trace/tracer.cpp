@@ -341,7 +341,25 @@ bool Tracer::truthy(const ValuePtr& value) {
       return !value->items.empty();
     case VKind::kObject:
       if (value->is(ObjRole::kDictView)) return !dict_view_items(*value).empty();
+      if (value->is(ObjRole::kNewObject)) {  // obj: its class
+        static PyObject* const kBool = PyUnicode_InternFromString("__bool__");
+        static PyObject* const kLen = PyUnicode_InternFromString("__len__");
+        auto* type = reinterpret_cast<PyTypeObject*>(value->obj.ptr());
+        PyObject* hook = _PyType_Lookup(type, kBool);  // Borrowed
+        if (hook == nullptr) hook = _PyType_Lookup(type, kLen);
+        if (hook == nullptr) return true;  // object's truth: always true
+        if (value->mapping && !PyFunction_Check(hook)) return !value->mapping->items.empty();
+        FJ_UNSUPPORTED(kUnsupportedValue, "truth value of {}, which its class's __bool__ / __len__ "
+                       "decides", value->describe());
+      }
       if (is_identity_object(value->obj.ptr())) return true;
+      if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
+          (PyDict_CheckExact(value->obj.ptr()) || PyList_CheckExact(value->obj.ptr()))) {
+        // `d or {}` of a dict read by source: its emptiness, guarded by its length.
+        const Py_ssize_t n = PyObject_Length(value->obj.ptr());
+        entry_.guard_len(value->source, n);
+        return n > 0;
+      }
       FJ_UNSUPPORTED(kDataDependent, "truth value of {}", value->describe());
     case VKind::kIter:
     case VKind::kCell:
@@ -367,6 +385,10 @@ void Tracer::finish(const ValuePtr& value) {
       const bool truth = truthy(value) != (frame().result_truth == 2);
       frames_.pop_back();
       push(Value::constant(py::bool_(truth)));
+      return;
+    }
+    if (frame().discard_result) {  // STORE_ATTR / STORE_SUBSCR through __setattr__ / __setitem__
+      frames_.pop_back();
       return;
     }
     ValuePtr result = frame().generator ? Value::iter(std::move(frame().yields))

@@ -69,6 +69,8 @@ struct TraceFrame {
   // what it returns (negated for 2). A __len__ inlined for len() (3): what it returns, which
   // must be a non-negative int known at trace time.
   int result_truth = 0;
+  // A __setattr__ / __setitem__ inlined for STORE_ATTR / STORE_SUBSCR: its result is dropped.
+  bool discard_result = false;
 };
 
 class Tracer {
@@ -142,11 +144,17 @@ class Tracer {
   // inlined (nullptr: the value arrives with that call's return), anything else is attr().
   ValuePtr read_attribute(const ValuePtr& base, const std::string& name,
                           AttrLookup how = AttrLookup::kInlinable);
+  // The second half of read_attribute, for what attr() gave: a property's getter or a
+  // __getattribute__ hook is inlined (nullptr), anything else is the value.
+  ValuePtr finish_read(const ValuePtr& attribute);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // obj.name = value on an object that existed before the region: recorded, read back by later
-  // loads in the trace, and replayed at the exit.
-  void store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
-  void store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
+  // loads in the trace, and replayed at the exit. On an object the trace made: stored, or its
+  // class's Python __setattr__ inlined (true: the call's frame is pushed; its result is the
+  // caller's to set).
+  bool store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
+  // container[key] = value; true where the container's Python __setitem__ was inlined.
+  bool store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   // del container[key] on a list or dict (one that existed before: see make_writable).
   void delete_item(const ValuePtr& container, const ValuePtr& key);
   // getattr / hasattr / setattr with a constant name; an absent attribute is guarded absent.
@@ -166,6 +174,8 @@ class Tracer {
                              bool same_object = false);
   // The entries of a dict that existed before the region (read by source), keys guarded.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
+  // The dict() builtin: a dict of the trace.
+  ValuePtr dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
   // The children of a module container with a source (ModuleList, Sequential, ...), or the
   // keys of a ModuleDict, in iteration order, their number guarded. False for anything else.
   bool module_children(const ValuePtr& container, std::vector<ValuePtr>& out);
@@ -215,16 +225,21 @@ class Tracer {
   void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                    KwValues kwargs);
   void inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
-  // When the class of `self` (a plain object, not a class) defines the special method `name` as
-  // a Python function (a Mapping subclass's __contains__ / __len__ / __getitem__): guards that
-  // on the class where `self` has a source and inlines name(self, *rest). False, doing nothing,
-  // otherwise. Borrowed: name (an interned str).
+  // When the class of `self` (a plain object, not a class, or an object the trace made) defines
+  // the special method `name` as a Python function (a Mapping subclass's __contains__ / __len__ /
+  // __getitem__, ModelOutput's __setitem__): guards that on the class where `self` has a source
+  // (or its class one) and inlines name(self, *rest). False, doing nothing, otherwise.
+  // Borrowed: name (an interned str).
   bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest);
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);
   ValuePtr new_object_attr(const ValuePtr& self, const std::string& name);
   void new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value);
+  // A method of a new object's builtin base (dict.get, OrderedDict.__setitem__,
+  // object.__setattr__, reached by super() or inherited): on its items or attributes.
+  ValuePtr new_object_method(const std::string& name, std::vector<ValuePtr>& args,
+                             const KwValues& kwargs);
   // functools.partial made or called; nullptr when `callable` is neither, kNull when inlined.
   ValuePtr partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
                         KwValues& kwargs);

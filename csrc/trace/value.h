@@ -49,7 +49,8 @@ enum class ObjRole : uint8_t {
                    // object; globals: its globals dict; items: defaults tuple, keyword defaults
                    // dict, closure tuple (kNull where absent)
   kNewObject,      // an instance of a plain user class created by the trace (`Point(x, y)`, a
-                   // dataclass): obj: the class; keys / items: its instance attributes so far. A
+                   // dataclass, a dict subclass such as ModelOutput): obj: the class; keys /
+                   // items: its instance attributes so far; mapping: a dict subclass's items. A
                    // region exit that needs it builds a real one (_support.new_object)
   kAttrHook,       // obj.name where type(obj) defines __getattribute__ in Python: obj: that
                    // function; bound_self: the instance; method: the name (LOAD_ATTR inlines
@@ -100,7 +101,9 @@ struct Value {
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
   std::string method;            // kObject kTypeMethod: the method's name
   py::object globals;            // kObject kMadeFunction: the function's globals dict
-  bool frozen = false;           // kCell: a copy of a real cell's content, never stored into
+  bool frozen = false;           // kCell: a copy of a real cell's content, never stored into;
+                                 // kDict: a copy of a new object's attributes (its __dict__)
+                                 // or of class data; kObject: class data (class_data)
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
   IterForm iter_form = IterForm::kItems;  // kIter
   size_t index = 0;              // kIter kItems / kOver / kRange: items consumed so far
@@ -121,6 +124,8 @@ struct Value {
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards
                                  // on the class's methods are read through it)
+  ValuePtr mapping;              // kObject kNewObject of a dict subclass (ModelOutput): its
+                                 // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value
   int size_dim = -1;
 

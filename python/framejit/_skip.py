@@ -74,6 +74,8 @@ def _rules():
             add(_dir(value), False)
             for name in TRACED_STDLIB:
                 add(os.path.join(value, name), True)
+    for name in TRACED_STDLIB:  # the frozen copy CPython may run instead of the file
+        rules.append((f"<frozen {name[:-3]}>", True))
     for site_dir in _site_dirs():
         add(_dir(site_dir), True)
         for name in SKIPPED_PACKAGES:
@@ -123,7 +125,7 @@ def trace_files(*targets) -> None:
 
 def is_traced(filename: str) -> bool:
     """Whether the policy traces code from this file (the longest matching prefix decides)."""
-    best = None
+    best = None if not filename.startswith("<frozen") else ("", False)
     for prefix, traced in _rules():
         if filename.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
             best = (prefix, traced)

@@ -8,6 +8,7 @@ import logging
 import math
 import operator
 import types
+from collections import OrderedDict
 import warnings
 
 import torch
@@ -56,7 +57,7 @@ _PURE_BUILTINS = {
     builtins.len, builtins.max, builtins.min, builtins.ord, builtins.pow, builtins.repr,
     builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
     builtins.sorted, builtins.list, builtins.hash, builtins.format, builtins.enumerate,
-    builtins.zip, builtins.reversed,
+    builtins.zip, builtins.reversed, builtins.dict, builtins.slice,
 }
 
 # Tensor methods that need the data (or give it away): a graph cannot contain them.
@@ -92,6 +93,8 @@ def classify_callable(fn) -> CallableKind:
             return CallableKind.NEXT_BUILTIN
         if fn in _COMPILING_FLAGS:
             return CallableKind.COMPILING_FLAG
+        if fn in _EXPORTING_FLAGS:
+            return CallableKind.EXPORTING_FLAG
         if fn in _NOT_OPS:
             return CallableKind.NOT_TRACED
         if fn in _QUERIES:
@@ -133,6 +136,8 @@ def _compiling_flags():
 
 
 _COMPILING_FLAGS = _compiling_flags()
+_EXPORTING_FLAGS = {fn for fn in (getattr(torch.compiler, "is_exporting", None),
+                                  getattr(torch._dynamo, "is_exporting", None)) if fn is not None}
 
 
 # nn.Module's generators over its tree (Module.modules, named_parameters, ...): answered at trace
@@ -357,7 +362,10 @@ def attribute_presence(obj, name: str, generic: bool = False):
     found = _class_attribute(type(obj), name)
     if found is not _MISSING:
         # A property, or a slot of a Python class, can raise AttributeError; a C type's own
-        # descriptors (a builtin function's __name__) cannot.
+        # descriptors (a builtin function's __name__) cannot. A generic lookup goes on to read
+        # the attribute: a property's getter then runs in the trace, which models whatever it does.
+        if generic and isinstance(found, property) and isinstance(found.fget, types.FunctionType):
+            return (Presence.PRESENT, None)
         if isinstance(found, property) or (isinstance(found, types.MemberDescriptorType)
                                            and type(obj).__flags__ & _HEAPTYPE):
             return (Presence.UNKNOWN, None)
@@ -395,28 +403,71 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
         if name in vars(cls):
             if vars(cls)[name] is object.__getattribute__:
                 return (AttrKind.OBJECT_GETATTRIBUTE, None)
+            if not cls.__flags__ & _HEAPTYPE and isinstance(
+                    vars(cls)[name], (types.MethodDescriptorType, types.WrapperDescriptorType)):
+                return (AttrKind.BUILTIN_METHOD, vars(cls)[name])  # dict.get, object.__setattr__
             kind = _class_level_kind(vars(cls)[name], None)
             return (AttrKind.MISSING, None) if kind[0] is AttrKind.CLASS_VALUE else kind
     return (AttrKind.MISSING, None)
 
 
 def plain_class_init(cls):
-    """For a plain user class (Python classes only up to object, no __slots__, no metaclass, no
-    custom __new__ / __setattr__ / __getattribute__ / __getattr__): its __init__ function, or
-    False when that is object.__init__. None for any other class (not traced into)."""
-    if type(cls) is not type or cls.__new__ is not object.__new__:
+    """For a plain user class (Python classes up to object, or up to dict / OrderedDict as
+    ModelOutput is; no __slots__, no custom __new__ / __getattribute__ / __getattr__, a
+    metaclass only if it leaves instance creation to type.__call__; a __setattr__ only if
+    written in Python, which the trace inlines): its __init__ function, or False when that is
+    object.__init__. None for any other class (not traced into)."""
+    meta = type(cls)
+    if not isinstance(cls, type) or meta.__call__ is not type.__call__:
         return None
-    if cls.__setattr__ is not object.__setattr__ or cls.__getattribute__ is not object.__getattribute__:
+    if meta is not type and ("__getattribute__" in vars(meta) or "__getattr__" in vars(meta)):
         return None
-    for klass in cls.__mro__[:-1]:
-        if not klass.__flags__ & _HEAPTYPE or "__slots__" in vars(klass) or "__getattr__" in vars(klass):
-            return None
+    mapping = mapping_base(cls)
+    if cls.__new__ is not (object.__new__ if mapping is None else dict.__new__):
+        return None
+    if cls.__getattribute__ not in (object.__getattribute__, dict.__getattribute__):
+        return None
+    if cls.__setattr__ not in (object.__setattr__, dict.__setattr__) and not isinstance(
+            _class_attribute(cls, "__setattr__"), types.FunctionType):
+        return None
+    for klass in cls.__mro__:
+        if klass is object or klass is mapping or (mapping is OrderedDict and klass is dict):
+            continue
+        if not klass.__flags__ & _HEAPTYPE or vars(klass).get("__slots__") or "__getattr__" in vars(klass):
+            return None  # (an empty __slots__, as collections.abc's classes have, is no slot)
         if klass.__module__.startswith(("torch", "framejit")):
             return None
+    if not cls.__dictoffset__:
+        return None  # slots only: no instance dict for the attributes
     init = cls.__init__
     if init is object.__init__:
         return False
     return init if isinstance(init, types.FunctionType) else None
+
+
+def mapping_base(cls):
+    """dict or OrderedDict where cls subclasses one of them (its instances are mappings whose
+    items the trace keeps beside their attributes), else None."""
+    if not issubclass(cls, dict):
+        return None
+    return OrderedDict if issubclass(cls, OrderedDict) else dict
+
+
+def builtin_base_method(cls, name: str):
+    """The method `name` of the builtin base of cls (dict, OrderedDict or object) that Python
+    reaches past cls's own Python classes, or None: what `super().name` or an inherited
+    `obj.name` is on a mapping subclass (dict.get, OrderedDict.__setitem__,
+    object.__setattr__)."""
+    for klass in cls.__mro__:
+        if klass.__flags__ & _HEAPTYPE:
+            if name in vars(klass):
+                return None  # a Python class defines it first
+            continue
+        found = vars(klass).get(name)
+        if found is not None:
+            return found if isinstance(found, (types.MethodDescriptorType,
+                                               types.WrapperDescriptorType)) else None
+    return None
 
 
 _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class defined by a class statement
@@ -426,6 +477,9 @@ def resolve_new_object_attribute(cls, name: str):
     """How ``obj.name`` resolves for an instance of a plain class that has no such instance
     attribute: like resolve_attribute, with CLASS_VALUE carrying the value."""
     found = _class_attribute(cls, name)
+    builtin = builtin_base_method(cls, name) if found is not _MISSING else None
+    if builtin is not None:
+        return (AttrKind.BUILTIN_METHOD, builtin)  # obj.keys() of a dict subclass
     return _class_level_kind(found, found)
 
 
@@ -494,9 +548,15 @@ def grad_mode_exit(restore: bool):
     return __exit__
 
 
-def new_object(cls, names, *values):
-    """The real object for an instance the trace made: cls's instance with these attributes."""
-    obj = object.__new__(cls)
+def new_object(cls, names, mapping, *values):
+    """The real object for an instance the trace made: cls's instance with these attributes
+    and, for a dict subclass, the items of `mapping` (set as its builtin base sets them, in
+    order, past any __setitem__ of cls)."""
+    base = mapping_base(cls)
+    obj = object.__new__(cls) if base is None else dict.__new__(cls)
+    if mapping is not None:
+        for key, value in mapping.items():
+            base.__setitem__(obj, key, value)
     for name, value in zip(names, values):
         object.__setattr__(obj, name, value)
     return obj

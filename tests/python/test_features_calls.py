@@ -492,7 +492,7 @@ CASES = [
     (dataclass_instantiated, (X,), 1, ONE),
     (dataclass_global_fields, (X,), 1, ONE),
     (dataclass_holding_tensor, (X, Holder(rand(3, 4, seed=2))), 1, ONE),
-    (dataclasses_replace, (X,), 2, CALL),
+    (dataclasses_replace, (X,), 1, ONE),
 ]
 
 

@@ -288,3 +288,238 @@ def test_dataclasses_fields_is_traced_as_transformers_model_outputs_use_it():
     x = torch.ones(2)
     assert same(compiled(x, out), f(x, out))
     assert counter.frame_count == 1 and all(not r["reason"] for r in regions(f) if r["graph"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Mapping subclasses made and used in the trace (transformers' ModelOutput), registries that are
+# dict subclasses, properties read through getattr / hasattr, and the small builtins around them
+# ---------------------------------------------------------------------------------------------
+
+import collections  # noqa: E402
+import dataclasses  # noqa: E402
+
+
+class _NamedMeta(type):
+    """A metaclass that leaves instance creation to type.__call__ (ModelOutput has one)."""
+
+    def __setattr__(cls, name, value):
+        super().__setattr__(name, value)
+
+
+class Output(collections.OrderedDict, metaclass=_NamedMeta):
+    """ModelOutput written out small: a dataclass whose fields are both attributes and items,
+    kept in step by its own __setattr__ / __setitem__ through super()."""
+
+    def __post_init__(self):
+        names = [f.name for f in dataclasses.fields(self)]
+        for name in names:
+            value = self.__dict__.get(name)
+            if value is not None:
+                self[name] = value
+
+    def __setattr__(self, name, value):
+        if name in {f.name for f in dataclasses.fields(self)} and value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+    def __setitem__(self, key, value):
+        super().__setitem__(key, value)
+        super().__setattr__(key, value)
+
+    def __getitem__(self, k):
+        if isinstance(k, str):
+            return dict(self.items())[k]
+        return self.to_tuple()[k]
+
+    def __contains__(self, key):
+        return super().__contains__(key)
+
+    def to_tuple(self):
+        return tuple(self[k] for k in self.keys())
+
+
+@dataclasses.dataclass
+class LMOutput(Output):
+    logits: torch.Tensor = None
+    loss: torch.Tensor = None
+    hidden_states: tuple = None
+
+
+def makes_and_reads_an_output(x):
+    out = LMOutput(logits=x * 2, hidden_states=(x,))
+    first = out[0] + out["hidden_states"][0] + out.logits
+    return first * len(out) + len(out.to_tuple()), "loss" in out, list(out.keys())
+
+
+def returns_an_output(x):
+    inner = LMOutput(logits=x + 1)
+    return LMOutput(logits=inner.logits * 3, loss=inner[0].sum())
+
+
+def test_a_dict_subclass_dataclass_made_in_the_trace_is_one_graph():
+    counter = run_both(makes_and_reads_an_output, torch.randn(3))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(makes_and_reads_an_output)] == ["return"]
+
+
+def test_a_dict_subclass_made_in_the_trace_and_returned_is_rebuilt_as_eager_makes_it():
+    counter = CompileCounter()
+    compiled = framejit.compile(returns_an_output, backend=counter)
+    x = torch.randn(3)
+    out, expected = compiled(x), returns_an_output(x)
+    assert type(out) is LMOutput and list(out.keys()) == list(expected.keys()) == ["logits", "loss"]
+    assert same(dict(out), dict(expected)) and same(out.logits, expected.logits)
+    assert out.hidden_states is None and same(out.to_tuple(), expected.to_tuple())
+    assert counter.frame_count == 1 and compiled(x) is not out  # a fresh object per call
+
+
+class Registry(dict):
+    """A registry that is a dict subclass (transformers' attention / output-capture ones)."""
+
+    def get(self, key, default=None):
+        return super().get(key) or default
+
+
+REGISTRY = Registry(scale={"factor": 2.0})
+
+
+def reads_a_registry(x):
+    entry = REGISTRY.get("scale", {})
+    return x * entry["factor"] if entry else x
+
+
+def test_super_get_of_a_dict_subclass_registry_is_read_and_guarded():
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_a_registry, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x), reads_a_registry(x)) and counter.frame_count == 1
+    REGISTRY["scale"] = {"factor": 5.0}  # the registry changed: no stale result
+    assert same(compiled(x), reads_a_registry(x)) and counter.frame_count == 2
+    del REGISTRY["scale"]  # missing now: the default (the region then makes no graph)
+    try:
+        assert same(compiled(x), reads_a_registry(x))
+    finally:
+        REGISTRY["scale"] = {"factor": 2.0}
+
+
+class Interface(collections.abc.MutableMapping):
+    """A Mapping subclass whose .get is collections.abc's mixin (a frozen module on 3.11)."""
+    _defaults = {"sdpa": 2.0}
+
+    def __init__(self):
+        self._local = {}
+
+    def __getitem__(self, key):
+        return self._local[key] if key in self._local else self._defaults[key]
+
+    def __setitem__(self, key, value):
+        self._local[key] = value
+
+    def __delitem__(self, key):
+        del self._local[key]
+
+    def __iter__(self):
+        return iter(self._defaults)
+
+    def __len__(self):
+        return len(self._defaults)
+
+    def get_interface(self, key, default):
+        return super().get(key, default)
+
+
+INTERFACES = Interface()
+
+
+def reads_an_interface(x):
+    return x * INTERFACES.get_interface("sdpa", 1.0)
+
+
+def test_the_collections_abc_mixin_get_is_traced():
+    counter = run_both(reads_an_interface, torch.ones(2))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(reads_an_interface)] == ["return"]
+
+
+class Cache:
+    def __init__(self):
+        self.layers = []
+
+    @property
+    def is_compileable(self):
+        return len(self.layers) > 0
+
+    @property
+    def broken(self):
+        return self.not_there  # AttributeError: hasattr is False, getattr gives the default
+
+
+def reads_properties(x, cache):
+    a = getattr(cache, "is_compileable", False)
+    b = hasattr(cache, "broken")
+    c = getattr(cache, "broken", 3)
+    return x * (2 if a else 1) + int(b) + c
+
+
+def test_getattr_and_hasattr_of_a_property_run_its_getter_in_the_trace():
+    cache = Cache()
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_properties, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x, cache), reads_properties(x, cache)) and counter.frame_count == 1
+    cache.layers.append(1)  # the getter's answer changes: guarded
+    assert same(compiled(x, cache), reads_properties(x, cache))
+
+
+def small_builtins(x, **kwargs):
+    keep = slice(None, 2)
+    d = dict(kwargs, extra=1)
+    pairs = dict([("a", 1), ("b", 2)])
+    flag = torch.compiler.is_exporting()
+    y = add_all(*(), **{"t": x[keep]})
+    return y * (d["extra"] + pairs["b"]) + int(flag), d, (x,) is None
+
+
+def add_all(t):
+    return t + 1
+
+
+def test_slice_dict_exporting_flag_and_star_call_with_constant_tuple_are_one_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(small_builtins, backend=counter)
+    x = torch.randn(4)
+    assert same(compiled(x, z=3), small_builtins(x, z=3))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(small_builtins)] == ["return"]
+
+
+def compares_derived_sizes(x, past=0):
+    q = x.shape[1]
+    k = q + past
+    if q == 1 or k == q:  # k == q whatever the size: no guard on it
+        x = x + 1
+    if q > 1 and k > q:
+        x = x * 2
+    return x
+
+
+def test_a_comparison_of_sizes_that_cancel_pins_no_size():
+    counter = CompileCounter()
+    compiled = framejit.compile(compares_derived_sizes, backend=counter)
+    for n in (4, 5, 6, 7):
+        x = torch.randn(2, n)
+        assert same(compiled(x), compares_derived_sizes(x))
+    assert counter.frame_count == 1
+    x = torch.randn(2, 1)  # q == 1: the range guard (q > 1) fails, one more graph
+    assert same(compiled(x), compares_derived_sizes(x)) and counter.frame_count == 2
+
+
+class Empty:
+    def __len__(self):
+        return 0
+
+
+def truth_of_an_object_made_here(x):
+    return x + 1 if Empty() else x - 1  # False: its __len__ decides, not object's default
+
+
+def test_the_truth_of_an_object_made_in_the_trace_is_its_classs():
+    run_both(truth_of_an_object_made_here, torch.ones(2))
