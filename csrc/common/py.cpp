@@ -1,6 +1,8 @@
 // Python helpers shared by every C++ file.
 #include "common/py.h"
 
+#include <algorithm>
+
 #include <cstring>
 
 namespace framejit {
@@ -18,6 +20,13 @@ std::string safe_repr(PyObject* obj) {
   if (!data) PyErr_Clear();
   Py_DECREF(text);
   return out;
+}
+
+std::string short_repr(PyObject* obj) {
+  std::string text = safe_repr(obj);
+  const size_t cut = std::min(text.find('\n'), static_cast<size_t>(60));
+  if (cut < text.size()) text = text.substr(0, cut) + "...";
+  return text;
 }
 
 std::string str_text(PyObject* str) {

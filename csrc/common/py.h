@@ -13,6 +13,10 @@ namespace py = pybind11;
 // repr() of an object as UTF-8, never throwing (used in messages and printed graphs).
 std::string safe_repr(PyObject* obj);
 inline std::string safe_repr(const py::handle& obj) { return safe_repr(obj.ptr()); }
+// safe_repr for messages: its first line, at most 60 characters (a config or a model output
+// prints pages).
+std::string short_repr(PyObject* obj);
+inline std::string short_repr(const py::handle& obj) { return short_repr(obj.ptr()); }
 
 // The UTF-8 text of a str object (a code object's file or name), "?" if it has none. Never throws.
 std::string str_text(PyObject* str);

@@ -9,18 +9,54 @@
 
 namespace framejit {
 
+namespace {
+
+// Whether two guards check the same thing (a trace asks the same question many times: a
+// config's __dict__ for each attribute read through its __getattribute__).
+bool same_guard(const Guard& a, const Guard& b) {
+  if (a.kind != b.kind || a.slot != b.slot || a.n != b.n || a.spec != b.spec || a.dim != b.dim ||
+      a.other_dim != b.other_dim || a.rel != b.rel) {
+    return false;
+  }
+  PyObject* x = a.expected.ptr();
+  PyObject* y = b.expected.ptr();
+  if (x == y) return true;
+  if (x == nullptr || y == nullptr) return false;
+  if (PyUnicode_CheckExact(x) && PyUnicode_CheckExact(y)) return PyUnicode_Compare(x, y) == 0;
+  if (PyTuple_CheckExact(x) && PyTuple_CheckExact(y) && PyTuple_GET_SIZE(x) == PyTuple_GET_SIZE(y)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(x); ++i) {  // a type-version guard's parts
+      PyObject* u = PyTuple_GET_ITEM(x, i);
+      PyObject* v = PyTuple_GET_ITEM(y, i);
+      if (u != v && !(PyUnicode_CheckExact(u) && PyUnicode_CheckExact(v) && PyUnicode_Compare(u, v) == 0)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+void GuardSet::push(Guard guard) {
+  for (const Guard& known : guards_) {
+    if (same_guard(known, guard)) return;
+  }
+  guards_.push_back(std::move(guard));
+}
+
 void GuardSet::add_type(int slot, PyObject* type) {
-  guards_.push_back({GuardKind::kType, slot, py::reinterpret_borrow<py::object>(type)});
+  push({GuardKind::kType, slot, py::reinterpret_borrow<py::object>(type)});
   sorted_ = false;
 }
 
 void GuardSet::add_id(int slot, PyObject* obj) {
-  guards_.push_back({GuardKind::kId, slot, py::reinterpret_borrow<py::object>(obj)});
+  push({GuardKind::kId, slot, py::reinterpret_borrow<py::object>(obj)});
   sorted_ = false;
 }
 
 void GuardSet::add_const(int slot, PyObject* value) {
-  guards_.push_back({GuardKind::kConstEq, slot, py::reinterpret_borrow<py::object>(value)});
+  push({GuardKind::kConstEq, slot, py::reinterpret_borrow<py::object>(value)});
   sorted_ = false;
 }
 
@@ -28,7 +64,7 @@ void GuardSet::add_tensor(int slot, PyObject* tensor) {
   tensor_specs_.push_back(tensor_spec_of(tensor));
   Guard guard{GuardKind::kTensor, slot, py::none()};
   guard.spec = static_cast<int>(tensor_specs_.size()) - 1;
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
@@ -103,19 +139,19 @@ bool GuardSet::check_shapes(PyObject* const* slots) const {
 void GuardSet::add_len(int slot, int64_t n) {
   Guard guard{GuardKind::kLen, slot, py::none()};
   guard.n = n;
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
 void GuardSet::add_dict_contains(int slot, PyObject* key, bool present) {
   Guard guard{GuardKind::kDictContains, slot, py::reinterpret_borrow<py::object>(key)};
   guard.n = present ? 1 : 0;
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
 void GuardSet::add_dict_keys(int slot, PyObject* keys) {
-  guards_.push_back(Guard{GuardKind::kDictKeys, slot, py::reinterpret_borrow<py::object>(keys)});
+  push(Guard{GuardKind::kDictKeys, slot, py::reinterpret_borrow<py::object>(keys)});
   sorted_ = false;
 }
 
@@ -125,7 +161,7 @@ void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bo
                                       py::bool_(present), py::handle(found ? found : Py_None));
   Guard guard{GuardKind::kTypeVersion, slot, expected};
   guard.n = type->tp_version_tag;
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
@@ -140,7 +176,7 @@ void GuardSet::add_size_relation(int slot, int dim, SizeRelation rel, int other,
   guard.dim = dim;
   guard.other_dim = other_dim;
   guard.rel = static_cast<uint8_t>(rel);
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
@@ -148,7 +184,7 @@ void GuardSet::add_pair(GuardKind kind, int slot, int other) {
   if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
   Guard guard{kind, slot, py::none()};
   guard.n = other;
-  guards_.push_back(guard);
+  push(guard);
   sorted_ = false;
 }
 
@@ -318,7 +354,7 @@ std::string GuardSet::first_failure(const SourceTable& sources, const FrameState
       if (guard.kind == GuardKind::kTensor) {
         text += ": " + tensor_mismatch(tensor_specs_[guard.spec], value);
       } else {
-        text += fmt::format(" (got {})", safe_repr(value));
+        text += fmt::format(" (got {})", short_repr(value));
       }
       return text;
     }

@@ -158,6 +158,9 @@ class GuardSet {
   // Borrowed: slots, all of them read.
   bool check_shapes(PyObject* const* slots) const;
 
+  // Adds a guard unless an identical one is there already.
+  void push(Guard guard);
+
   std::vector<Guard> guards_;  // in source order once sorted
   ShapeGuards shape_;
   std::vector<TensorSpec> tensor_specs_;

@@ -517,6 +517,23 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     inline_module_call(fn, std::move(args), std::move(kwargs));
     return nullptr;
   }
+  if (callable.ptr() == refs.signature.ptr() && args.size() == 1 && kwargs.empty()) {
+    // inspect.signature(f) of a function the guards pin (by identity, its code too): a constant.
+    const ValuePtr& of = args[0];
+    PyObject* target = of->obj.ptr();
+    if (of->kind == VKind::kObject && (of->role == ObjRole::kPlain) &&
+        (PyFunction_Check(target) || PyMethod_Check(target))) {
+      if (of->source >= 0) entry_.guard_id(of->source, target);
+      py::object sig = callable(of->obj);
+      if (of->bound_self && PyFunction_Check(target)) {  // a method bound in the trace: no self
+        py::list all(sig.attr("parameters").attr("values")());
+        py::list rest;
+        for (size_t i = 1; i < py::len(all); ++i) rest.append(all[i]);
+        sig = sig.attr("replace")(py::arg("parameters") = rest);
+      }
+      return Value::constant(sig);
+    }
+  }
   // One cached classification per callable object decides the rest.
   const CallableKind kind = refs.classify(callable);
   if (kind == CallableKind::kGradModeManager && args.empty() && kwargs.empty()) {
@@ -569,6 +586,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (!init.is_none()) {
       new_object(fn, callable, init, std::move(args), std::move(kwargs));
       return nullptr;
+    }
+  }
+  if (kind == CallableKind::kNotTraced && PyMethod_Check(callable.ptr()) && fn->source >= 0 &&
+      !fn->bound_self) {
+    // A bound method made before the region (forward_fn = self.feed_forward_chunk, passed in):
+    // its function and its self, read by source.
+    // (Not a `with` block's __exit__: the runtime calls it, as it entered the block.)
+    ValuePtr function = entry_.load(entry_.sources().attr(fn->source, "__func__"));
+    ValuePtr self = entry_.load(entry_.sources().attr(fn->source, "__self__"));
+    if (function && self && PyFunction_Check(function->obj.ptr()) &&
+        callable_name(function->obj).find("__exit__") == std::string::npos) {
+      args.insert(args.begin(), self);
+      return call(function, std::move(args), std::move(kwargs));
     }
   }
   if (kind == CallableKind::kNotTraced && PyFunction_Check(callable.ptr()) && is_user_function(host_, callable)) {

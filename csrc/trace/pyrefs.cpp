@@ -45,6 +45,7 @@ void PyRefs::init(py::object support_module) {
   r.unsupported_error = r.support.attr("Unsupported");
   r.warning_category = r.support.attr("FramejitWarning");
   r.partial_type = py::module_::import("functools").attr("partial");
+  r.signature = py::module_::import("inspect").attr("signature");
   r.nn_module_module = py::module_::import("torch.nn.modules.module");
   r.version_probe = py::reinterpret_steal<py::object>(
       PyUnicode_InternFromString("__framejit_version_probe__"));

@@ -26,6 +26,7 @@ struct PyRefs {
   py::object unsupported_error;  // framejit.Unsupported
   py::object warning_category;   // framejit.FramejitWarning
   py::object partial_type;       // functools.partial
+  py::object signature;          // inspect.signature
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag
 

@@ -177,19 +177,6 @@ py::object Value::as_python() const {
   }
 }
 
-namespace {
-
-// A repr for messages: its first line, at most 60 characters (a config or a model output
-// prints pages).
-std::string short_repr(const py::object& obj) {
-  std::string text = safe_repr(obj);
-  const size_t cut = std::min(text.find('\n'), static_cast<size_t>(60));
-  if (cut < text.size()) text = text.substr(0, cut) + "...";
-  return text;
-}
-
-}  // namespace
-
 std::string Value::describe() const {
   switch (kind) {
     case VKind::kTensor:

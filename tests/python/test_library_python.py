@@ -523,3 +523,31 @@ def truth_of_an_object_made_here(x):
 
 def test_the_truth_of_an_object_made_in_the_trace_is_its_classs():
     run_both(truth_of_an_object_made_here, torch.ones(2))
+
+
+class Layer:
+    def __init__(self):
+        self.scale = 3.0
+
+    def chunk(self, t):
+        return t * self.scale
+
+
+def applies_a_bound_method(forward_fn, x):
+    # transformers' apply_chunking_to_forward: the signature is asked, then the method called
+    import inspect
+    if len(inspect.signature(forward_fn).parameters) != 1:
+        raise ValueError("one argument expected")
+    return forward_fn(x) + 1
+
+
+def test_a_bound_method_passed_in_is_traced_and_its_signature_is_a_constant():
+    layer = Layer()
+    counter = CompileCounter()
+    compiled = framejit.compile(applies_a_bound_method, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(layer.chunk, x), applies_a_bound_method(layer.chunk, x))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(applies_a_bound_method)] == ["return"]
+    layer.scale = 4.0  # read through the method's self, by source: guarded
+    assert same(compiled(layer.chunk, x), applies_a_bound_method(layer.chunk, x))
