@@ -52,6 +52,7 @@ struct RegionExit {
     Rebuild target;
     py::object name;
     Rebuild value;
+    bool generic = false;  // object.__setattr__'s store, past the class's own __setattr__
   };
   std::vector<AttrWrite> attr_writes;
   // Python arithmetic of the region on numbers known only at run time (math.log(x.item()),

@@ -594,7 +594,11 @@ bool apply_attr_writes(const RegionExit& exit, const ExitValues& values) {
   for (size_t i = 0; i < values.attrs.size(); ++i) {
     const auto& [target, value] = values.attrs[i];
     PyObject* name = exit.attr_writes[i].name.ptr();
-    if (name != Py_None && PyObject_SetAttr(target.get(), name, value.get()) < 0) return false;
+    if (name == Py_None) continue;
+    const int failed = exit.attr_writes[i].generic
+                           ? PyObject_GenericSetAttr(target.get(), name, value.get())
+                           : PyObject_SetAttr(target.get(), name, value.get());
+    if (failed < 0) return false;
   }
   return true;
 }

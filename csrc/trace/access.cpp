@@ -634,6 +634,25 @@ bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
       PyType_Check(target->obj.ptr()) || target->is_special_object() || target->bound_self) {
     FJ_UNSUPPORTED(kSideEffect, "attribute assignment .{} on {}", name, target->describe());
   }
+  // A class's own __setattr__ (a config's validators, a renaming one) runs for the store: it is
+  // inlined, and the object.__setattr__ it ends in is the write recorded.
+  // (nn.Module's own __setattr__ is replayed at the exit: its stores are what reads expect.)
+  static PyObject* const kSetattr = PyUnicode_InternFromString("__setattr__");
+  PyObject* hook = _PyType_Lookup(Py_TYPE(target->obj.ptr()), kSetattr);  // Borrowed
+  if (hook != nullptr && PyFunction_Check(hook) &&
+      PyObject_IsInstance(target->obj.ptr(), PyRefs::get().module_type.ptr()) != 1) {
+    if (host_.traces_into(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(hook))) &&
+        inline_special_method(target, kSetattr, {Value::constant(py::str(name)), value})) {
+      return true;
+    }
+    FJ_UNSUPPORTED(kSideEffect, "assignment to .{} of {}, whose class has its own __setattr__",
+                   name, target->describe());
+  }
+  return record_store(target, name, std::move(value), /*generic=*/false);
+}
+
+bool Tracer::record_store(const ValuePtr& target, const std::string& name, ValuePtr value,
+                          bool generic) {
   py::tuple how = PyRefs::get().support.attr("resolve_attribute")(target->obj, name);
   const auto kind = how[0].cast<AttrKind>();
   if (kind == AttrKind::kProperty || kind == AttrKind::kFunction) {
@@ -643,7 +662,7 @@ bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{} of {}, whose dict this region changed", name,
                    target->describe());
   }
-  effects_.record(target, name, std::move(value));
+  effects_.record(target, name, std::move(value), generic);
   return false;
 }
 

@@ -425,6 +425,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (fn->is(ObjRole::kTypeMethod) && self->is(ObjRole::kNewObject)) {
       return new_object_method(name, args, kwargs);
     }
+    if (fn->is(ObjRole::kTypeMethod) && name == "__setattr__" && args.size() == 3 && kwargs.empty() &&
+        self->is(ObjRole::kPlain) && self->source >= 0 &&
+        fn->obj.ptr() == _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr())) {
+      // super().__setattr__(name, value) in a class's own __setattr__: the store itself.
+      const ValuePtr attribute = sizes_.concretize(args[1]);
+      if (attribute->is_const() && PyUnicode_CheckExact(attribute->obj.ptr())) {
+        record_store(self, attribute->obj.cast<std::string>(), args[2], /*generic=*/true);
+        return Value::constant(py::none());
+      }
+    }
     if (self->kind == VKind::kTensor) {
       const TensorMethodKind kind = tensor_method_kind(name);
       if (kind == TensorMethodKind::kOp) {

@@ -9,7 +9,7 @@ namespace framejit {
 void ExitBuilder::add_writes(const SideEffects& effects) {
   for (const PendingWrite& write : effects.writes()) {
     exit_.attr_writes.push_back(
-        {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value)});
+        {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value), write.generic});
   }
   for (const ValuePtr& container : effects.adopted()) {
     // The list or dict the trace changed: its contents now, put into the real object (named

@@ -16,12 +16,13 @@ struct PendingWrite {
   ValuePtr target;  // the object written (a module for a global write)
   std::string name;
   ValuePtr value;
+  bool generic = false;  // object.__setattr__ (from an inlined __setattr__): past the class's
 };
 
 class SideEffects {
  public:
-  void record(ValuePtr target, std::string name, ValuePtr value) {
-    writes_.push_back({std::move(target), std::move(name), std::move(value)});
+  void record(ValuePtr target, std::string name, ValuePtr value, bool generic = false) {
+    writes_.push_back({std::move(target), std::move(name), std::move(value), generic});
   }
   // The value this region last stored as base.name, or nullptr. Throws Unsupported when the same
   // object was written through another value (a second reference: the write would not be seen).

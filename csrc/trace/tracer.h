@@ -153,6 +153,9 @@ class Tracer {
   // class's Python __setattr__ inlined (true: the call's frame is pushed; its result is the
   // caller's to set).
   bool store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
+  // The write of obj.name = value on an object that existed before (generic: object.__setattr__,
+  // past the class's own), recorded for the exit; false (nothing inlined).
+  bool record_store(const ValuePtr& target, const std::string& name, ValuePtr value, bool generic);
   // container[key] = value; true where the container's Python __setitem__ was inlined.
   bool store_item(const ValuePtr& container, const ValuePtr& key, const ValuePtr& value);
   // del container[key] on a list or dict (one that existed before: see make_writable).

@@ -551,3 +551,33 @@ def test_a_bound_method_passed_in_is_traced_and_its_signature_is_a_constant():
     assert [r["exit"] for r in regions(applies_a_bound_method)] == ["return"]
     layer.scale = 4.0  # read through the method's self, by source: guarded
     assert same(compiled(layer.chunk, x), applies_a_bound_method(layer.chunk, x))
+
+
+class Renaming:
+    """A config whose own __setattr__ renames and transforms what is stored (BC renames,
+    validators): the trace runs it, so later reads see what it stored."""
+
+    def __setattr__(self, name, value):
+        if name == "old":
+            name = "new"
+        super().__setattr__(name, value * 2)
+
+
+RENAMING = Renaming()
+RENAMING.new = 1
+
+
+def writes_through_own_setattr(x):
+    RENAMING.old = 3
+    return x * RENAMING.new
+
+
+def test_a_store_runs_the_classs_own_setattr_and_later_reads_see_its_store():
+    counter = CompileCounter()
+    compiled = framejit.compile(writes_through_own_setattr, backend=counter)
+    x = torch.ones(2)
+    out = compiled(x)
+    assert vars(RENAMING) == {"new": 6}
+    RENAMING.new = 1
+    assert same(out, writes_through_own_setattr(x)) and vars(RENAMING) == {"new": 6}
+    assert counter.frame_count == 1
