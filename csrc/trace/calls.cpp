@@ -591,6 +591,21 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (ValuePtr partial = partial_call(fn, callable, args, kwargs)) {
     return partial->kind == VKind::kNull ? nullptr : partial;
   }
+  if (PyType_Check(callable.ptr()) && all_constant(args, kwargs)) {
+    // A stateless torch.nn module made in the forward (loss_fct = CrossEntropyLoss()): made
+    // now, its attributes read as they are (nothing else holds it), a fresh one at an exit.
+    py::list py_args;
+    for (const auto& a : args) py_args.append(a->as_python());
+    py::dict py_kwargs;
+    for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+    py::object made = refs.support.attr("stateless_module")(callable, py::tuple(py_args), py_kwargs);
+    if (!made.is_none()) {
+      ValuePtr module = Value::object(made);
+      module->frozen = true;
+      module->remake = py::make_tuple(callable, py::tuple(py_args), py_kwargs);
+      return module;
+    }
+  }
   if (PyType_Check(callable.ptr())) {
     py::object init = refs.support.attr("plain_class_init")(callable);
     if (!init.is_none()) {

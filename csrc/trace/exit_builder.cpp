@@ -126,6 +126,11 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return memoised(Rebuild::call(PyRefs::get().support.attr("new_object"), std::move(parts)),
                         value);
       }
+      if (value->remake) {  // a module the trace made: a fresh one, as every call makes
+        return memoised(Rebuild::call(PyRefs::get().support.attr("remake"),
+                                      {Rebuild::constant(value->remake)}),
+                        value);
+      }
       if (value->role == ObjRole::kGradManager) {  // a fresh, not yet entered manager
         return Rebuild::call(py::reinterpret_borrow<py::object>(
                                  reinterpret_cast<PyObject*>(Py_TYPE(value->obj.ptr()))), {});

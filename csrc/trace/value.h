@@ -124,6 +124,9 @@ struct Value {
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards
                                  // on the class's methods are read through it)
+  py::object remake;             // kObject made at trace time by a constructor the exit calls
+                                 // again for a fresh one (nn.CrossEntropyLoss()): the
+                                 // (class, args, kwargs) of _support.remake
   ValuePtr mapping;              // kObject kNewObject of a dict subclass (ModelOutput): its
                                  // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value

@@ -445,6 +445,38 @@ def plain_class_init(cls):
     return init if isinstance(init, types.FunctionType) else None
 
 
+def stateless_module(cls, args, kwargs):
+    """An instance of a torch.nn module class made with these constant arguments, if it holds
+    no parameter, buffer tensor or submodule (a loss or an activation made in a forward), else
+    None."""
+    if not issubclass(cls, torch.nn.Module) or cls.__module__ not in _STATELESS_MODULE_FILES:
+        return None
+    try:
+        with torch.random.fork_rng(devices=[]):  # a constructor that draws leaves no trace
+            module = cls(*args, **kwargs)
+    except Exception:
+        return None
+    if (module._parameters or module._modules
+            or any(b is not None for b in module._buffers.values())):
+        return None
+    return module
+
+
+# torch.nn's files of modules that hold no state of their own (a few, such as PReLU or
+# MultiheadAttention, have parameters: refused after they are made).
+_STATELESS_MODULE_FILES = {
+    f"torch.nn.modules.{name}" for name in (
+        "loss", "activation", "dropout", "flatten", "pooling", "padding", "pixelshuffle",
+        "upsampling", "distance", "channelshuffle", "fold")
+}
+
+
+def remake(spec):
+    """A fresh module, as the traced constructor call made it (see stateless_module)."""
+    cls, args, kwargs = spec
+    return cls(*args, **kwargs)
+
+
 def mapping_base(cls):
     """dict or OrderedDict where cls subclasses one of them (its instances are mappings whose
     items the trace keeps beside their attributes), else None."""

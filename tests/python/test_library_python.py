@@ -581,3 +581,33 @@ def test_a_store_runs_the_classs_own_setattr_and_later_reads_see_its_store():
     RENAMING.new = 1
     assert same(out, writes_through_own_setattr(x)) and vars(RENAMING) == {"new": 6}
     assert counter.frame_count == 1
+
+
+def makes_a_loss_module(x, y):
+    loss_fct = torch.nn.CrossEntropyLoss(label_smoothing=0.1)
+    act = torch.nn.GELU(approximate="tanh")
+    return loss_fct(act(x), y), act
+
+
+def test_a_stateless_module_made_in_the_forward_is_traced_and_fresh_per_call():
+    counter = CompileCounter()
+    compiled = framejit.compile(makes_a_loss_module, backend=counter)
+    x, y = torch.randn(4, 3), torch.tensor([0, 1, 2, 0])
+    (loss, act), (ref, ref_act) = compiled(x, y), makes_a_loss_module(x, y)
+    assert same(loss, ref) and type(act) is torch.nn.GELU and act.approximate == "tanh"
+    assert compiled(x, y)[1] is not act  # a new module each call, as eager makes
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(makes_a_loss_module)] == ["return"]
+
+
+def makes_a_linear(x):
+    torch.manual_seed(0)
+    return torch.nn.Linear(3, 2)(x)  # holds parameters: left to Python, the RNG untouched
+
+
+def test_a_module_with_parameters_made_in_the_forward_is_left_to_python_with_the_same_rng():
+    x = torch.randn(4, 3)
+    torch.manual_seed(1)
+    out = framejit.compile(makes_a_linear, backend=CompileCounter())(x)
+    after = torch.rand(1)
+    torch.manual_seed(1)
+    assert same(out, makes_a_linear(x)) and same(after, torch.rand(1))
