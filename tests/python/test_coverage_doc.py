@@ -294,6 +294,83 @@ MODE = _Mode.NOTIFY
 example("mode == Mode.NONE")(lambda x: x + 1 if MODE == _Mode.NONE else x - 1)
 
 
+class _Output(collections.OrderedDict):
+    """ModelOutput's shape: a dataclass over OrderedDict, fields kept as items by __setattr__."""
+
+    def __setattr__(self, name, value):
+        if value is not None:
+            super().__setitem__(name, value)
+        super().__setattr__(name, value)
+
+
+@dataclasses.dataclass
+class _LMOut(_Output):
+    logits: torch.Tensor = None
+    loss: torch.Tensor = None
+
+
+example("Out(logits=x)[\"logits\"]")(lambda x: _LMOut(logits=x * 2)["logits"] + 1)
+
+
+class _DictRegistry(dict):
+    def get(self, key, default=None):
+        return super().get(key) or default
+
+
+DICT_REGISTRY = _DictRegistry(sdpa={"scale": 2.0})
+example("super().get(key)")(lambda x: x * DICT_REGISTRY.get("sdpa", {})["scale"])
+
+
+class _Cache:
+    @property
+    def is_compileable(self):
+        return False
+
+
+CACHE = _Cache()
+example("getattr(cache, \"is_compileable\", False)")(
+    lambda x: x * 2 if getattr(CACHE, "is_compileable", False) else x)
+
+
+class _Strict:
+    def __setattr__(self, name, value):
+        super().__setattr__(name, float(value))
+
+
+STRICT = _Strict()
+
+
+def _stores_through_setattr(x):
+    STRICT.scale = 3
+    return x * STRICT.scale
+
+
+example("config.scale = 3")(_stores_through_setattr)
+
+
+class _Layer:
+    def chunk(self, t):
+        return t * 2
+
+
+def _calls_a_bound_method(forward_fn, x):
+    import inspect
+    return forward_fn(x) if len(inspect.signature(forward_fn).parameters) == 1 else x
+
+
+example("forward_fn(x)", make=lambda: (_Layer().chunk, torch.randn(4, 4)))(_calls_a_bound_method)
+example("nn.CrossEntropyLoss()(x, y)", make=lambda: (torch.randn(4, 3), torch.tensor([0, 1, 2, 0])))(
+    lambda x, y: torch.nn.CrossEntropyLoss()(x, y))
+
+
+def _small_builtins(x):
+    d = dict(a=2, **{"b": 1})
+    return helper(*(), **{"x": x[slice(None, 2)], "scale": d["a"]}) + int(torch.compiler.is_exporting())
+
+
+example("dict(a=2)")(_small_builtins)
+
+
 def _wrapped(x, scale=2):
     return x * scale
 
