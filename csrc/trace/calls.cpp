@@ -342,6 +342,35 @@ ValuePtr Tracer::iterator_builtin(const std::string& name, const std::vector<Val
   return nullptr;
 }
 
+ValuePtr Tracer::environ_lookup(const ValuePtr& env, const ValuePtr& key_in, const ValuePtr& fallback,
+                                bool contains) {
+  if (!env->is(ObjRole::kPlain) || env->bound_self || env->source < 0 ||
+      env->obj.ptr() != PyRefs::get().environ.ptr()) {
+    return nullptr;
+  }
+  const ValuePtr key = sizes_.concretize(key_in);
+  if (!key->is_const() || !PyUnicode_CheckExact(key->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "os.environ with the key {}", key->describe());
+  }
+  // Its items live encoded in os.environ._data (a dict): read and guarded there.
+  ValuePtr data = entry_.load(entry_.sources().attr(env->source, "_data"));
+  if (!data || data->source < 0 || !PyDict_CheckExact(data->obj.ptr())) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "os.environ without its data dict");
+  }
+  py::object encoded = env->obj.attr("encodekey")(key->obj);
+  const bool present = PyDict_Contains(data->obj.ptr(), encoded.ptr()) == 1;
+  entry_.guard_dict_contains(data->source, encoded.ptr(), present);
+  if (contains) return Value::constant(py::bool_(present));
+  if (!present) {
+    if (fallback) return fallback;
+    FJ_UNSUPPORTED(kUnsupportedValue, "os.environ[{}] is missing (KeyError at run time)", safe_repr(key->obj));
+  }
+  ValuePtr raw = entry_.load(entry_.sources().item(data->source, encoded));
+  FJ_CHECK(raw != nullptr && raw->source >= 0, "os.environ item unreadable");
+  entry_.guard_const(raw->source, raw->obj.ptr());
+  return Value::constant(env->obj.attr("decodevalue")(raw->obj));
+}
+
 ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   // dict(), dict(mapping), dict(pairs), dict(**kw): a new dict of the trace.
   ValuePtr out = Value::dict({}, {});
@@ -520,6 +549,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     FJ_UNSUPPORTED(kUnsupportedCall, "call of {}", fn->describe());
   }
   py::object callable = fn->obj;
+  if (callable.ptr() == refs.mapping_get.ptr() && kwargs.empty()) {  // os.environ.get(key[, default])
+    // (self bound to the value, or first among the arguments after LOAD_METHOD)
+    const size_t self_at = fn->bound_self ? 0 : 1;
+    const ValuePtr self = fn->bound_self ? fn->bound_self : (args.empty() ? nullptr : args[0]);
+    if (self && (args.size() == self_at + 1 || args.size() == self_at + 2)) {
+      const ValuePtr fallback = args.size() == self_at + 2 ? args[self_at + 1] : Value::constant(py::none());
+      if (ValuePtr found = environ_lookup(self, args[self_at], fallback, false)) return found;
+    }
+  }
   if (fn->bound_self) {  // a method of a user object or module: self goes first
     args.insert(args.begin(), fn->bound_self);
   }
@@ -691,6 +729,28 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return total;
     }
     if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
+    if (name == "callable" && args.size() == 1) {
+      // What callable() asks is its type's (a lambda holding a tensor in its closure is callable,
+      // a tensor is not): answered from the value's kind.
+      const ValuePtr& v = args[0];
+      bool result = false;
+      if (v->is(ObjRole::kMadeFunction) || v->is(ObjRole::kTypeMethod) || v->bound_self) {
+        result = true;
+      } else if (v->is(ObjRole::kNewObject)) {
+        static PyObject* const kCall = PyUnicode_InternFromString("__call__");
+        result = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(v->obj.ptr()), kCall) != nullptr;
+      } else if (v->kind == VKind::kObject || v->kind == VKind::kConst) {
+        if (v->is_special_object()) FJ_UNSUPPORTED(kUnsupportedCall, "callable() of {}", v->describe());
+        result = PyCallable_Check(v->obj.ptr()) == 1;
+      } else {
+        result = false;  // a tensor, a number, a container, an iterator of the trace
+        if (v->kind == VKind::kTensor && v->pytype && PyCallable_Check(v->pytype.ptr()) &&
+            _PyType_Lookup(reinterpret_cast<PyTypeObject*>(v->pytype.ptr()), py::str("__call__").ptr())) {
+          FJ_UNSUPPORTED(kUnsupportedCall, "callable() of a tensor subclass with __call__");
+        }
+      }
+      return Value::constant(py::bool_(result));
+    }
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_tensor()) {

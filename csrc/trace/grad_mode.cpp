@@ -53,7 +53,7 @@ void switch_grad_mode(Tracer& t, bool enabled) {
 void enter_mode_block(Tracer& t, const ValuePtr& manager, ObjRole exit_role, py::object enter,
                       const char* enter_text, std::vector<Arg> enter_args, py::tuple real_args,
                       py::object leave, const char* name_hint) {
-  const CallSite site{t.frame().code, t.instr().offset};
+  const CallSite site = t.call_site_here();
   if (!t.may_inline(site)) {
     FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it (the region breaks inside)",
                    manager->describe());

@@ -192,7 +192,7 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
       entry_.guard_id(code_value->source, code_value->obj.ptr());
     }
   }
-  const CallSite site{frame().code, instr().offset};
+  const CallSite site = call_site_here();
   if (no_inline_ != nullptr) {
     auto it = no_inline_->find(site);
     if (it != no_inline_->end()) {

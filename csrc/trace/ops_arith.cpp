@@ -341,6 +341,10 @@ bool value_of(Tracer& t, const ValuePtr& v, py::object& out) {
 void op_contains(Tracer& t, const Instr& i) {
   ValuePtr container = t.pop();
   ValuePtr needle = t.pop();
+  if (ValuePtr found = t.environ_lookup(container, needle, nullptr, true)) {  // key in os.environ
+    t.push(Value::constant(py::bool_(found->obj.ptr() == Py_True ? !i.arg : i.arg)));
+    return;
+  }
   // A class with __contains__ in Python (a Mapping subclass: collections.abc's mixin): traced.
   static PyObject* const kContains = PyUnicode_InternFromString("__contains__");
   if (t.inline_special_method(container, kContains, {needle})) {

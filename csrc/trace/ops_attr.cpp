@@ -91,6 +91,10 @@ bool is_nn_module(PyObject* obj) {
 void op_binary_subscr(Tracer& t, const Instr&) {
   ValuePtr key = t.pop();
   ValuePtr base = t.pop();
+  if (ValuePtr found = t.environ_lookup(base, key, nullptr, false)) {  // os.environ[key]
+    t.push(std::move(found));
+    return;
+  }
   // A class with __getitem__ in Python (a Mapping subclass, a registry): traced. Module
   // containers (ModuleList[i], Sequential[1:]) are read by source instead (Tracer::item).
   static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");

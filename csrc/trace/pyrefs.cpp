@@ -46,6 +46,8 @@ void PyRefs::init(py::object support_module) {
   r.warning_category = r.support.attr("FramejitWarning");
   r.partial_type = py::module_::import("functools").attr("partial");
   r.signature = py::module_::import("inspect").attr("signature");
+  r.environ = py::module_::import("os").attr("environ");
+  r.mapping_get = py::module_::import("collections.abc").attr("Mapping").attr("get");
   r.nn_module_module = py::module_::import("torch.nn.modules.module");
   r.version_probe = py::reinterpret_steal<py::object>(
       PyUnicode_InternFromString("__framejit_version_probe__"));

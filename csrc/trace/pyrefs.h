@@ -27,6 +27,8 @@ struct PyRefs {
   py::object warning_category;   // framejit.FramejitWarning
   py::object partial_type;       // functools.partial
   py::object signature;          // inspect.signature
+  py::object environ;            // os.environ
+  py::object mapping_get;        // collections.abc.Mapping.get
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag
 

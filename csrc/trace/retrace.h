@@ -6,12 +6,16 @@
 
 #include <string>
 #include <utility>
+#include <vector>
 
 namespace framejit {
 
-// A call site (code object, code unit of its CALL) whose callee must not be inlined, because
-// tracing through it broke; the region then ends at that call instead.
-using CallSite = std::pair<PyCodeObject*, int>;
+// A call site whose callee must not be inlined, because tracing through it broke; the region
+// then ends at that call instead. The whole path of inlined calls that reached it, each a
+// (code object, code unit of its CALL), from the region's own frame down: a shared helper
+// (collections.abc's Mapping.get) that breaks when one caller reaches it stays inlined for the
+// others.
+using CallSite = std::vector<std::pair<PyCodeObject*, int>>;
 
 // Thrown out of Tracer::run when an inlined callee cannot be traced: the caller retraces with
 // `site` not inlined (at most a few times: once per level of inlining).

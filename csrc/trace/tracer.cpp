@@ -139,9 +139,8 @@ void Tracer::run() {
       if (depth > 1) {
         // Inside an inlined callee: the region must end at the outermost-but-one call instead,
         // so retrace with this callee's call site not inlined.
-        const TraceFrame& caller = *frames_[depth - 2];
         const int line = ins.line;
-        throw InlineBreak{{caller.code, fr->call_site},
+        throw InlineBreak{path_to(depth - 1),
                           fmt::format("{} [{}] in {} ({}:{})", e.what(),
                                       break_kind_name(e.kind()), str_text(fr->code->co_qualname),
                                       str_text(fr->code->co_filename), line)};
@@ -156,6 +155,20 @@ void Tracer::run() {
     // frame that ran this instruction goes on at next_pc_.
     if (depth <= frames_.size() && frames_[depth - 1].get() == fr) fr->pc = next_pc_;
   }
+}
+
+CallSite Tracer::path_to(size_t frame_index) const {
+  CallSite path;
+  for (size_t i = 1; i <= frame_index && i < frames_.size(); ++i) {
+    path.emplace_back(frames_[i - 1]->code, frames_[i]->call_site);
+  }
+  return path;
+}
+
+CallSite Tracer::call_site_here() const {
+  CallSite path = path_to(frames_.size() - 1);
+  path.emplace_back(frames_.back()->code, instr().offset);
+  return path;
 }
 
 void Tracer::end_at(const Instr& ins, const Unsupported& why) {

@@ -95,6 +95,10 @@ class Tracer {
   ModeStack& modes() { return modes_; }
   RegionExit& exit() { return exits_.exit(); }
   bool may_inline(const CallSite& site) const { return !no_inline_ || !no_inline_->count(site); }
+  // The path of inlined calls to the instruction being traced (see CallSite); path_to(i): to
+  // the call that made frame i.
+  CallSite call_site_here() const;
+  CallSite path_to(size_t frame_index) const;
   const std::vector<bool>& entry_nulls() const { return entry_nulls_; }
   int instructions_traced() const { return steps_; }
 
@@ -177,6 +181,11 @@ class Tracer {
                              bool same_object = false);
   // The entries of a dict that existed before the region (read by source), keys guarded.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
+  // os.environ[key] / .get(key, fallback) / `key in os.environ` (contains), os.environ read by
+  // source: answered from its data dict, the key's presence and value guarded; nullptr for any
+  // other container. A missing key without a fallback ends the region (KeyError).
+  ValuePtr environ_lookup(const ValuePtr& env, const ValuePtr& key, const ValuePtr& fallback,
+                          bool contains);
   // The dict() builtin: a dict of the trace.
   ValuePtr dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
   // The children of a module container with a source (ModuleList, Sequential, ...), or the

@@ -182,9 +182,9 @@ TEST_CASE("mode stack: restore leaves open blocks and puts the grad mode back") 
     modes.set_grad_enabled(false);
     CHECK_FALSE(ModeStack::grad_enabled());
     py::object token = py::str("ctx");
-    modes.open_block({nullptr, 7}, leave, token);
+    modes.open_block(CallSite{{nullptr, 7}}, leave, token);
     REQUIRE(modes.in_block());
-    CHECK(modes.innermost_site().second == 7);
+    CHECK(modes.innermost_site().back().second == 7);
     modes.restore();
     CHECK_FALSE(modes.in_block());
   }

@@ -611,3 +611,70 @@ def test_a_module_with_parameters_made_in_the_forward_is_left_to_python_with_the
     after = torch.rand(1)
     torch.manual_seed(1)
     assert same(out, makes_a_linear(x)) and same(after, torch.rand(1))
+
+
+def reads_the_environment(x):
+    import os
+    forced = os.environ.get("FRAMEJIT_TEST_FORCE", "0") == "1"
+    home = "FRAMEJIT_TEST_HOME" in os.environ
+    return x + 1 if forced else x - 1, home
+
+
+def test_os_environ_reads_are_one_graph_and_guarded():
+    import os
+    os.environ.pop("FRAMEJIT_TEST_FORCE", None)
+    os.environ.pop("FRAMEJIT_TEST_HOME", None)
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_the_environment, backend=counter)
+    x = torch.ones(2)
+    try:
+        assert same(compiled(x), reads_the_environment(x)) and counter.frame_count == 1
+        os.environ["FRAMEJIT_TEST_FORCE"] = "1"  # a new value: no stale result
+        os.environ["FRAMEJIT_TEST_HOME"] = ""
+        assert same(compiled(x), reads_the_environment(x)) and counter.frame_count == 2
+        assert {r["exit"] for r in regions(reads_the_environment)} == {"return"}
+    finally:
+        os.environ.pop("FRAMEJIT_TEST_FORCE", None)
+        os.environ.pop("FRAMEJIT_TEST_HOME", None)
+
+
+def makes_mask_functions(x, pad):
+    def causal(i):
+        return i >= 0
+
+    def padding(i):
+        return pad[i] if False else i < 100
+
+    fns = (causal, padding)
+    if not all(callable(f) for f in fns) or callable(x):  # transformers' and_masks
+        raise RuntimeError("not callable")
+    return x * 2
+
+
+def test_callable_answers_from_the_values_kind():
+    run_both(makes_mask_functions, torch.ones(2), torch.ones(3))
+
+
+def pick(mapping, key):  # a shared helper, inlined through two call paths
+    return mapping[key]
+
+
+class Frames:
+    def __getitem__(self, key):
+        import sys
+        return sys._getframe().f_lineno * 0 + key  # sys._getframe is not traced: a break
+
+
+GOOD = {"b": 3}
+
+
+def shares_a_helper(x):
+    a = pick(GOOD, "b")  # traced
+    b = pick(Frames(), 2)  # breaks inside Frames.__getitem__: this call is left to Python
+    return x * a * b
+
+
+def test_a_shared_helper_that_breaks_through_one_call_path_stays_inlined_through_another():
+    run_both(shares_a_helper, torch.ones(2))
+    first = regions(shares_a_helper)[0]
+    assert first["exit"] == "call" and "Frames.__getitem__" in first["reason"], first
