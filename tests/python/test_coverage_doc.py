@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import functools
 import math
+import os
 import re
 import types
 from pathlib import Path
@@ -369,6 +370,9 @@ def _small_builtins(x):
 
 
 example("dict(a=2)")(_small_builtins)
+example("os.environ.get(\"FLAG\", \"0\")")(
+    lambda x: x + 1 if os.environ.get("FRAMEJIT_COVERAGE_FLAG", "0") == "1" else x)
+example("callable(mask_fn)")(lambda x: x * 2 if callable(lambda i: x[i]) and not callable(x) else x)
 
 
 def _wrapped(x, scale=2):
