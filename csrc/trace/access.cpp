@@ -368,48 +368,37 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
     return nullptr;
   }
   const ValuePtr& base = args[0];
-  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr())) {
-    // A class with its own __getattribute__ (and no __getattr__ to fall back on): Python calls
-    // it, so the trace inlines it; an AttributeError from the lookup it makes gives the default
-    // (hasattr: False).
+  static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
+  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
+      (which == "hasattr" || args.size() == 3) &&
+      _PyType_Lookup(Py_TYPE(base->obj.ptr()), kGetattr) == nullptr) {
+    // Code decides what the lookup finds, with no __getattr__ to fall back on: a class's own
+    // __getattribute__ (called with the name), else a property's getter. The trace inlines it;
+    // an AttributeError from a lookup it makes gives the default (hasattr: False).
     static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
-    static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
     PyTypeObject* type = Py_TYPE(base->obj.ptr());
+    py::object function;
+    std::vector<ValuePtr> call_args = {base};
+    std::string decided_by;  // the class attribute guarded to stay that function or property
     PyObject* hook = _PyType_Lookup(type, kGetattribute);  // Borrowed
-    if (hook != nullptr && PyFunction_Check(hook) && _PyType_Lookup(type, kGetattr) == nullptr &&
-        (which == "hasattr" || args.size() == 3)) {
+    PyObject* found = _PyType_Lookup(type, py::str(name).ptr());  // Borrowed
+    if (hook != nullptr && PyFunction_Check(hook)) {
+      function = py::reinterpret_borrow<py::object>(hook);
+      call_args.push_back(Value::constant(py::str(name)));
+      decided_by = "__getattribute__";
+    } else if (found != nullptr && PyObject_TypeCheck(found, &PyProperty_Type)) {
+      function = py::reinterpret_borrow<py::object>(found).attr("fget");  // getattr(cache, "is_compileable", False)
+      decided_by = name;
+    }
+    if (function && PyFunction_Check(function.ptr())) {
       if (base->source >= 0) {
-        guard_class_attribute(base, "__getattribute__", true, /*same_object=*/true);
+        guard_class_attribute(base, decided_by, true, /*same_object=*/true);
         guard_class_attribute(base, "__getattr__", false);
       }
-      inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
-                  {base, Value::constant(py::str(name))}, {});
+      inline_call(Value::object(function), function, std::move(call_args), {});
       frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
       if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
       return nullptr;
-    }
-  }
-  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
-      (which == "hasattr" || args.size() == 3)) {
-    // A property (getattr(cache, "is_compileable", False)): its getter runs; an AttributeError
-    // from a lookup it makes gives the default (hasattr: False).
-    static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
-    PyTypeObject* type = Py_TYPE(base->obj.ptr());
-    py::str key(name);
-    PyObject* found = _PyType_Lookup(type, key.ptr());  // Borrowed
-    if (found != nullptr && PyObject_TypeCheck(found, &PyProperty_Type) &&
-        _PyType_Lookup(type, kGetattr) == nullptr) {
-      py::object getter = py::reinterpret_borrow<py::object>(found).attr("fget");
-      if (PyFunction_Check(getter.ptr())) {
-        if (base->source >= 0) {
-          guard_class_attribute(base, name, true, /*same_object=*/true);
-          guard_class_attribute(base, "__getattr__", false);
-        }
-        inline_call(Value::object(getter), getter, {base}, {});
-        frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
-        if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
-        return nullptr;
-      }
     }
   }
   const bool present = attribute_present(base, name);
@@ -563,11 +552,11 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       }
       break;
     }
-    case VKind::kDict:
-      for (size_t i = 0; i < base->keys.size(); ++i) {
-        if (base->keys[i].equal(k)) return base->items[i];
-      }
+    case VKind::kDict: {
+      const long at = base->find_key(k);
+      if (at >= 0) return base->items[at];
       FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing", safe_repr(k));
+    }
     case VKind::kConst: {
       try {
         return Value::constant(base->obj[k]);
@@ -698,17 +687,7 @@ bool Tracer::store_item(const ValuePtr& container_in, const ValuePtr& key, const
     return false;
   }
   if (container->kind == VKind::kDict) {
-    for (size_t i = 0; i < container->keys.size(); ++i) {
-      if (container->keys[i].equal(k)) {
-        container->items[i] = value;
-        return false;
-      }
-    }
-    if (container->iterated) {  // ends the region first: the real iterator raises
-      FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
-    }
-    container->keys.push_back(k);
-    container->items.push_back(value);
+    container->set_key(k, value);
     return false;
   }
   FJ_UNSUPPORTED(kUnsupportedValue, "item assignment into {}", container->describe());

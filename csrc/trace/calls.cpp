@@ -374,16 +374,7 @@ ValuePtr Tracer::environ_lookup(const ValuePtr& env, const ValuePtr& key_in, con
 ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   // dict(), dict(mapping), dict(pairs), dict(**kw): a new dict of the trace.
   ValuePtr out = Value::dict({}, {});
-  auto set = [&](py::object key, ValuePtr value) {
-    for (size_t i = 0; i < out->keys.size(); ++i) {
-      if (out->keys[i].equal(key)) {
-        out->items[i] = std::move(value);
-        return;
-      }
-    }
-    out->keys.push_back(std::move(key));
-    out->items.push_back(std::move(value));
-  };
+  auto set = [&](py::object key, ValuePtr value) { out->set_key(std::move(key), std::move(value)); };
   if (args.size() > 1) FJ_UNSUPPORTED(kUnsupportedCall, "dict() with {} positional arguments", args.size());
   if (args.size() == 1) {
     const ValuePtr& from = args[0];
@@ -454,9 +445,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (fn->is(ObjRole::kTypeMethod) && self->is(ObjRole::kNewObject)) {
       return new_object_method(name, args, kwargs);
     }
+    static PyObject* const kSetattr = PyUnicode_InternFromString("__setattr__");
     if (fn->is(ObjRole::kTypeMethod) && name == "__setattr__" && args.size() == 3 && kwargs.empty() &&
         self->is(ObjRole::kPlain) && self->source >= 0 &&
-        fn->obj.ptr() == _PyType_Lookup(&PyBaseObject_Type, py::str("__setattr__").ptr())) {
+        fn->obj.ptr() == _PyType_Lookup(&PyBaseObject_Type, kSetattr)) {
       // super().__setattr__(name, value) in a class's own __setattr__: the store itself.
       const ValuePtr attribute = sizes_.concretize(args[1]);
       if (attribute->is_const() && PyUnicode_CheckExact(attribute->obj.ptr())) {
@@ -527,10 +519,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
     if (self->kind == VKind::kDict && name == "get" && kwargs.empty() &&
         (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
-      const py::object key = args[1]->as_python();
-      for (size_t i = 0; i < self->keys.size(); ++i) {
-        if (self->keys[i].equal(key)) return self->items[i];
-      }
+      const long at = self->find_key(args[1]->as_python());
+      if (at >= 0) return self->items[at];
       return args.size() == 3 ? args[2] : Value::constant(py::none());
     }
     if (self->kind == VKind::kObject && self->source >= 0 && raw_dict_read(fn, self) &&
@@ -732,20 +722,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (name == "callable" && args.size() == 1) {
       // What callable() asks is its type's (a lambda holding a tensor in its closure is callable,
       // a tensor is not): answered from the value's kind.
+      static PyObject* const kCall = PyUnicode_InternFromString("__call__");
       const ValuePtr& v = args[0];
       bool result = false;
       if (v->is(ObjRole::kMadeFunction) || v->is(ObjRole::kTypeMethod) || v->bound_self) {
         result = true;
       } else if (v->is(ObjRole::kNewObject)) {
-        static PyObject* const kCall = PyUnicode_InternFromString("__call__");
         result = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(v->obj.ptr()), kCall) != nullptr;
       } else if (v->kind == VKind::kObject || v->kind == VKind::kConst) {
         if (v->is_special_object()) FJ_UNSUPPORTED(kUnsupportedCall, "callable() of {}", v->describe());
         result = PyCallable_Check(v->obj.ptr()) == 1;
       } else {
         result = false;  // a tensor, a number, a container, an iterator of the trace
-        if (v->kind == VKind::kTensor && v->pytype && PyCallable_Check(v->pytype.ptr()) &&
-            _PyType_Lookup(reinterpret_cast<PyTypeObject*>(v->pytype.ptr()), py::str("__call__").ptr())) {
+        if (v->kind == VKind::kTensor && v->pytype &&
+            _PyType_Lookup(reinterpret_cast<PyTypeObject*>(v->pytype.ptr()), kCall) != nullptr) {
           FJ_UNSUPPORTED(kUnsupportedCall, "callable() of a tensor subclass with __call__");
         }
       }

@@ -151,19 +151,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     }
     for (const auto& [key, value] : kwargs) entries.emplace_back(py::str(key), value);
     make_writable(self);
-    for (auto& [key, value] : entries) {
-      long at = -1;
-      for (size_t i = 0; i < self->keys.size() && at < 0; ++i) {
-        if (self->keys[i].equal(key)) at = static_cast<long>(i);
-      }
-      if (at >= 0) {
-        self->items[at] = value;
-        continue;
-      }
-      if (self->iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
-      self->keys.push_back(key);
-      self->items.push_back(value);
-    }
+    for (auto& [key, value] : entries) self->set_key(key, value);
     return Value::constant(py::none());
   }
   if (!kwargs.empty()) return nullptr;
@@ -216,35 +204,19 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     if (name == "copy" && n == 0) return Value::list(items);
   }
   if (self->kind == VKind::kDict) {
-    auto find = [&](const py::object& key) -> long {
-      for (size_t i = 0; i < self->keys.size(); ++i) {
-        if (self->keys[i].equal(key)) return static_cast<long>(i);
-      }
-      return -1;
-    };
     auto resized = [&]() {
       if (self->iterated) {
         FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
       }
     };
-    auto set = [&](const py::object& key, const ValuePtr& value) {
-      const long at = find(key);
-      if (at >= 0) {
-        self->items[at] = value;
-      } else {
-        resized();
-        self->keys.push_back(key);
-        self->items.push_back(value);
-      }
-    };
     if ((name == "pop" || name == "setdefault") && (n == 1 || n == 2) &&
         args[1]->is_constant_tree()) {
       const py::object key = args[1]->as_python();
-      const long at = find(key);
+      const long at = self->find_key(key);
       if (name == "setdefault") {
         if (at >= 0) return self->items[at];
         ValuePtr value = n == 2 ? args[2] : Value::constant(py::none());
-        set(key, value);
+        self->set_key(key, value);
         return value;
       }
       if (at < 0) {

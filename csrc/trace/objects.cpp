@@ -121,18 +121,12 @@ ValuePtr Tracer::new_object_method(const std::string& name, std::vector<ValuePtr
     return Value::constant(py::int_(self->mapping->items.size()));
   }
   if (kwargs.empty() && name == "__contains__" && args.size() == 2 && args[1]->is_constant_tree()) {
-    const py::object key = args[1]->as_python();
-    for (const py::object& k : self->mapping->keys) {
-      if (k.equal(key)) return Value::constant(py::bool_(true));
-    }
-    return Value::constant(py::bool_(false));
+    return Value::constant(py::bool_(self->mapping->find_key(args[1]->as_python()) >= 0));
   }
   if (kwargs.empty() && name == "get" && (args.size() == 2 || args.size() == 3) &&
       args[1]->is_constant_tree()) {
-    const py::object key = args[1]->as_python();
-    for (size_t i = 0; i < self->mapping->keys.size(); ++i) {
-      if (self->mapping->keys[i].equal(key)) return self->mapping->items[i];
-    }
+    const long at = self->mapping->find_key(args[1]->as_python());
+    if (at >= 0) return self->mapping->items[at];
     return args.size() == 3 ? args[2] : Value::constant(py::none());
   }
   if (kwargs.empty() && name == "__iter__" && args.size() == 1) return Value::iter_over(self->mapping);

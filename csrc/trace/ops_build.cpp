@@ -71,21 +71,10 @@ py::object constant_key(const ValuePtr& key) {
   return key->as_python();
 }
 
-void set_key(const ValuePtr& dict, py::object key, ValuePtr value) {
-  for (size_t k = 0; k < dict->keys.size(); ++k) {
-    if (dict->keys[k].equal(key)) {
-      dict->items[k] = std::move(value);
-      return;
-    }
-  }
-  dict->keys.push_back(std::move(key));
-  dict->items.push_back(std::move(value));
-}
-
 void op_build_map(Tracer& t, const Instr& i) {
   std::vector<ValuePtr> flat = t.pop_n(2 * static_cast<size_t>(i.arg));
   ValuePtr dict = Value::dict({}, {});
-  for (size_t k = 0; k < flat.size(); k += 2) set_key(dict, constant_key(flat[k]), flat[k + 1]);
+  for (size_t k = 0; k < flat.size(); k += 2) dict->set_key(constant_key(flat[k]), flat[k + 1]);
   t.push(dict);
 }
 
@@ -95,7 +84,7 @@ void op_build_const_key_map(Tracer& t, const Instr& i) {
   FJ_CHECK(keys->is_const() && PyTuple_Check(keys->obj.ptr()), "BUILD_CONST_KEY_MAP keys");
   ValuePtr dict = Value::dict({}, {});
   for (size_t k = 0; k < values.size(); ++k) {
-    set_key(dict, keys->obj[py::int_(k)], values[k]);
+    dict->set_key(keys->obj[py::int_(k)], values[k]);
   }
   t.push(dict);
 }
@@ -150,7 +139,7 @@ void op_map_add(Tracer& t, const Instr& i) {  // dict comprehensions
   if (dict->kind != VKind::kDict) {
     FJ_UNSUPPORTED(kUnsupportedValue, "MAP_ADD into {}", dict->describe());
   }
-  set_key(dict, constant_key(key), value);
+  dict->set_key(constant_key(key), value);
 }
 
 void op_list_to_tuple(Tracer& t, const Instr&) {
@@ -184,7 +173,7 @@ void merge_into(Tracer& t, const Instr& i, bool merge) {
                        safe_repr(key));
       }
     }
-    set_key(dict, key, value);
+    dict->set_key(key, value);
   }
 }
 

@@ -333,17 +333,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       return size_range(value, size, r, c);
     }
   }
+  // (Two inputs' sizes compared are a linear form above: guarded there as their relation.)
   const auto lhs = input_size_of(value->items[0]);
   const auto rhs = input_size_of(value->items[1]);
-  if (lhs.first >= 0 && rhs.first >= 0) {  // two inputs' sizes: guarded as their relation
-    entry_.guard_size_relation(lhs.first, lhs.second, rel, rhs.first, rhs.second);
-    dim_reads_.push_back(fmt::format("{}.size({}) {} {}.size({}): a comparison at {}",
-                                     entry_.sources().at(lhs.first).text, lhs.second,
-                                     relation_text(rel), entry_.sources().at(rhs.first).text,
-                                     rhs.second,
-                                     recorder_.site().here()));
-    return Value::constant(value->obj);
-  }
   // An input's size against a constant int (turned around to `size REL c`).
   auto size = lhs;
   ValuePtr bound = value->items[1];

@@ -197,6 +197,24 @@ std::string Value::describe() const {
   }
 }
 
+long Value::find_key(const py::object& key) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].equal(key)) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+void Value::set_key(py::object key, ValuePtr value) {
+  const long at = find_key(key);
+  if (at >= 0) {
+    items[at] = std::move(value);
+    return;
+  }
+  if (iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+  keys.push_back(std::move(key));
+  items.push_back(std::move(value));
+}
+
 ValuePtr Value::iter_over(const ValuePtr& container, char view) {
   ValuePtr it = Value::iter({});
   it->iter_form = IterForm::kOver;

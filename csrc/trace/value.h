@@ -145,6 +145,12 @@ struct Value {
   // An iterator over a list or dict value of the trace, read as it is at each step.
   static ValuePtr iter_over(const ValuePtr& container, char view = 'k');
 
+  // kDict: the index of `key` among keys (compared with ==), -1 if absent.
+  long find_key(const py::object& key) const;
+  // kDict: d[key] = value, a new key added last; a dict a loop iterates may not grow (the
+  // region ends first, so the real iterator raises as in Python).
+  void set_key(py::object key, ValuePtr value);
+
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }
   bool is_sequence() const { return kind == VKind::kTuple || kind == VKind::kList; }
