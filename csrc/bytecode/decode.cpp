@@ -120,6 +120,21 @@ const Instr& Bytecode::at(int pc) const {
   return instrs_[index];
 }
 
+int Bytecode::landing(int pc) const {
+  // Bounded: `while True: pass` is a jump to itself.
+  for (size_t hops = 0; hops < instrs_.size(); ++hops) {
+    const int index = index_at(pc);
+    if (index < 0) return pc;
+    const Instr& ins = instrs_[index];
+    if (ins.op != Op::JUMP_FORWARD && ins.op != Op::JUMP_BACKWARD &&
+        ins.op != Op::JUMP_BACKWARD_NO_INTERRUPT) {
+      return pc;
+    }
+    pc = ins.target;
+  }
+  return pc;
+}
+
 std::string Bytecode::to_string() const {
   std::string out;
   for (const Instr& instr : instrs_) {

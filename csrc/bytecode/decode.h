@@ -36,6 +36,9 @@ class Bytecode {
   // Index into instrs() of the instruction starting at code unit `pc`, or -1.
   int index_at(int pc) const;
   const Instr& at(int pc) const;
+  // Where control goes on from code unit `pc`, through unconditional jumps: a region starting
+  // there is the same region (3.12 closes `while` with a conditional exit and a JUMP_BACKWARD).
+  int landing(int pc) const;
   int size_in_units() const { return static_cast<int>(unit_to_index_.size()); }
 
   // One instruction per line, in the style of dis: "  12 LOAD_FAST 0 (-> 20)".

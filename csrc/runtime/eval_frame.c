@@ -147,6 +147,27 @@ PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObjec
   return _PyEval_EvalFrameDefault(tstate, f, throwflag);
 }
 
+PyObject* fj_frame_return(PyThreadState* tstate, FjFrame* frame, int pc, PyObject* value,
+                          int returns_top) {
+#if PY_VERSION_HEX >= 0x030C0000
+  /* 3.12 moved the clearing and popping of a frame from the caller (_PyEval_Vector) into the
+   * evaluator: a frame the hook answers without running must still be cleared (its locals
+   * released, a frame object that outlives it given its own copy) and popped off the thread's
+   * data stack. CPython does exactly that when it performs the return instruction, so the frame
+   * runs that one instruction: RETURN_VALUE with the value on the stack, RETURN_CONST with none. */
+  if (returns_top) return fj_frame_resume(tstate, frame, pc, &value, 1, 0);
+  Py_DECREF(value);
+  return fj_frame_resume(tstate, frame, pc, NULL, 0, 0);
+#else
+  /* 3.11: the caller clears and pops the frame after the eval-frame function returns. */
+  (void)tstate;
+  (void)frame;
+  (void)pc;
+  (void)returns_top;
+  return value;
+#endif
+}
+
 static _PyInterpreterFrame** current_frame_slot(PyThreadState* tstate) {
   return &tstate->cframe->current_frame;
 }
@@ -171,5 +192,14 @@ int fj_tracing_active(PyThreadState* tstate) {
   return tstate->c_tracefunc != NULL || tstate->c_profilefunc != NULL;
 #else
   return tstate->cframe->use_tracing != 0;
+#endif
+}
+
+int fj_c_recursion_left(PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030C0000
+  return tstate->c_recursion_remaining;
+#else
+  (void)tstate; /* 3.11 counts Python and C recursion together, against sys.getrecursionlimit() */
+  return INT_MAX;
 #endif
 }

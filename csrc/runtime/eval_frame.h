@@ -44,6 +44,13 @@ int fj_frame_has_locals_dict(FjFrame* frame);
 PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObject** stack,
                           int n, int throwflag);
 
+/* Ends the frame with `value` (stolen) as its result: the region stopped before the return
+ * instruction at code unit `pc`, which returns the top of the stack (returns_top=1, RETURN_VALUE)
+ * or its constant (0, RETURN_CONST; `value` is that constant). The frame is cleared and popped
+ * under the version's rules for a frame the hook does not run to its end. Returns New or NULL. */
+PyObject* fj_frame_return(PyThreadState* tstate, FjFrame* frame, int pc, PyObject* value,
+                          int returns_top);
+
 /* Makes the frame the thread's current frame, with its instruction pointer at code unit `pc`,
  * while the runtime calls out (so tracebacks, sys._getframe and logging see the user's line).
  * Must be paired with fj_frame_unlink. */
@@ -55,6 +62,10 @@ int fj_frame_nlocalsplus(FjFrame* frame);
 
 /* Whether sys.settrace / sys.setprofile is active on this thread (then frames run unchanged). */
 int fj_tracing_active(PyThreadState* tstate);
+
+/* How many units of C recursion the thread has left where the version counts them apart from
+ * Python recursion (3.12: every evaluator entry and C-level call); INT_MAX where it does not. */
+int fj_c_recursion_left(PyThreadState* tstate);
 
 /* Number of localsplus entries of a code object (the frame's locals, cells and free variables). */
 int fj_code_nlocalsplus(PyCodeObject* code);

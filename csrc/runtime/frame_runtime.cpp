@@ -996,7 +996,10 @@ PyObject* run_frame(FrameRun& run) {
       // stack is the one the runtime still holds.
       return resume(run, run.bytecode->at(run.pc).offset, true);
     }
-    if (exit.kind == ExitKind::kReturn) return values.result.release();
+    if (exit.kind == ExitKind::kReturn) {
+      return fj_frame_return(run.tstate, run.frame, exit.pc, values.result.release(),
+                             exit.op == Op::RETURN_VALUE ? 1 : 0);
+    }
     write_exit_state(run, values);
     bool ok = true;
     switch (exit.kind) {
@@ -1081,7 +1084,7 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
   // without C recursion, as eager does); at the very end a call raises RecursionError instead
   // of overflowing the stack.
   const size_t stack_left = c_stack_left();
-  if (stack_left < kStackForTracing) {
+  if (stack_left < kStackForTracing || fj_c_recursion_left(tstate) < kCallsForTracing) {
     if (stack_left < kStackReserve) {
       PyErr_SetString(PyExc_RecursionError,
                       "maximum recursion depth exceeded (the C stack, with framejit's frame hook "

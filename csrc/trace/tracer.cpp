@@ -183,6 +183,8 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
   ExitKind kind = ExitKind::kDeopt;
   if (is_jump(ins.op) && why.kind() == BreakKind::kDataDependent) {
     kind = ExitKind::kBranch;
+    exit_.next_pc = frame().bytecode->landing(ins.next);
+    exit_.target_pc = frame().bytecode->landing(ins.target);
   } else if (ins.op == Op::CALL || ins.op == Op::CALL_FUNCTION_EX) {
     kind = ExitKind::kCall;
     exit_.nargs = ins.op == Op::CALL ? ins.arg : -1 - (ins.arg & 1);
