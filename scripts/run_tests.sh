@@ -3,8 +3,7 @@
 # the pytest suite against the installed framejit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
-build_dir=$(ls -d build/*/ | head -n 1)
-ctest --test-dir "$build_dir" --output-on-failure
+source scripts/python_env.sh  # the interpreter and build folder setup.sh used (PYTHON=...)
+ctest --test-dir "$FJ_BUILD_DIR" --output-on-failure
 # Run from tests/ so `import framejit` finds the installed package, not python/ in the tree.
-"$PYTHON" -m pytest -q -p no:cacheprovider "$@"
+"$FJ_PY" -m pytest -q -p no:cacheprovider "$@"

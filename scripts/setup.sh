@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Installs everything framejit needs on a fresh Debian machine with Python 3.11, then builds and
-# installs framejit itself. Safe to rerun: installed pieces are skipped, the build is incremental
-# (build/<wheel tag>/ is kept between runs, ccache caches objects).
+# Installs everything framejit needs on a fresh Debian machine, then builds and installs framejit
+# itself: into python3 (3.11) by default, or with PYTHON=python3.12 / python3.13 into a venv of
+# that version (scripts/python_env.sh). Safe to rerun: installed pieces are skipped, the build is
+# incremental (build/<wheel tag>/ is kept between runs, ccache caches objects).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON="${PYTHON:-python3}"
 
 apt_packages=(catch2 libfmt-dev ninja-build ccache cmake g++)
 missing=()
@@ -17,6 +17,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq "${missing[@]}"
 fi
+source scripts/python_env.sh
+PYTHON="$FJ_PY"
 
 # torch is pinned and installed on its own first, so nothing later resolves a bare "torch".
 "$PYTHON" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null \
