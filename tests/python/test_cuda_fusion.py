@@ -7,8 +7,7 @@ programs on CPU tensors with each kernel built for the host by g++ (tests/python
 against eager. On a GPU: tests/python/test_cuda_gpu.py.
 
 After a deliberate change to code generation, rewrite the expected sources with
-    FRAMEJIT_ACCEPT=1 python -m pytest tests/python/test_cuda_fusion.py
-and review the diff."""
+`bash scripts/accept_goldens.sh` and review the diff."""
 import hashlib
 import logging
 import os
@@ -31,8 +30,8 @@ from framejit.testing import CompileCounter, same
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import cuda_host  # noqa: E402
+from goldens import check_expected  # noqa: E402
 
-EXPECTED = Path(__file__).parent / "expected"
 needs_nvrtc = pytest.mark.skipif(not nvrtc.available(), reason="libnvrtc not found")
 needs_gxx = pytest.mark.skipif(not cuda_host.available(), reason="g++ not found")
 
@@ -271,11 +270,7 @@ def golden_kernels(name):
 def test_generated_source_matches_expected(name):
     kernels = golden_kernels(name)
     text = "\n".join(k.source for k in kernels)
-    path = EXPECTED / f"cuda_{name}.cu"
-    if os.environ.get("FRAMEJIT_ACCEPT") == "1":
-        path.write_text(text)
-    assert path.exists(), f"{path} missing: run with FRAMEJIT_ACCEPT=1 to create it"
-    assert text == path.read_text()
+    check_expected(f"cuda_{name}.cu", text)
     for kernel in kernels:  # named by a hash of the source written with a placeholder name
         unnamed = kernel.source.replace(kernel.name, "KERNEL_NAME")
         assert kernel.name.endswith(hashlib.sha256(unnamed.encode()).hexdigest()[:12])

@@ -1,10 +1,10 @@
 """Printed graphs compared with expected text (tests/python/expected/*.txt).
 
-After a deliberate change to the printer or the tracer, rewrite the expected files with
-    FRAMEJIT_ACCEPT=1 bash scripts/run_tests.sh tests/python/test_graph_text.py
-and review the diff."""
+After a deliberate change to the printer or the tracer, rewrite the expected files on every
+installed Python with `bash scripts/accept_goldens.sh` and review the diff (goldens.py: a version
+whose text differs gets a file of its own)."""
+
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,16 +13,7 @@ import torch.nn.functional as F
 import framejit
 from framejit.testing import CompileCounter, normalize_graph, regions, same
 
-EXPECTED = Path(__file__).parent / "expected"
-
-
-def check_expected(name: str, text: str) -> None:
-    path = EXPECTED / f"{name}.txt"
-    if os.environ.get("FRAMEJIT_ACCEPT") == "1":
-        path.write_text(text)
-        return
-    assert path.exists(), f"{path} missing: run with FRAMEJIT_ACCEPT=1 to create it"
-    assert text == path.read_text()
+from goldens import check_expected
 
 
 def seed_straight_line(inputs):
@@ -76,3 +67,41 @@ def test_fx_code_of_the_exported_graph_runs_the_same_ops():
                    "call_method", "call_function", "output"]
     assert all("example_value" in n.meta for n in gm.graph.nodes if n.op != "output")
     gm.graph.lint()
+
+
+def test_seed_demo_prints_the_expected_graphs_on_every_version():
+    # The README's first command: the demo's printed graphs and breaks, the same text on every
+    # supported Python (a version whose bytecode changes them gets its own expected file).
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-W", "ignore", str(root / "examples" / "seed.py")], capture_output=True,
+        text=True, timeout=300, cwd=root,
+        env={**os.environ, "FRAMEJIT_LOGS": "graph_code,graph_breaks"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    text = (done.stdout + done.stderr).replace(str(root) + os.sep, "")
+    assert text.count("===== __compiled_fn_") >= 4
+    check_expected("seed_demo", text)
+
+
+def test_a_version_file_overrides_the_shared_one_and_accept_keeps_only_differences(
+        tmp_path, monkeypatch):
+    import goldens
+    monkeypatch.setattr(goldens, "EXPECTED", tmp_path)
+    shared, own = goldens.expected_paths("g")
+    monkeypatch.setenv("FRAMEJIT_ACCEPT", "1")
+    check_expected("g", "shared text")
+    monkeypatch.setenv("FRAMEJIT_ACCEPT", "own")
+    check_expected("g", "shared text")
+    assert shared.read_text() == "shared text" and not own.exists()
+    check_expected("g", "this version's text")
+    assert own.read_text() == "this version's text" and own.name == f"g.{goldens.VERSION_TAG}.txt"
+    monkeypatch.delenv("FRAMEJIT_ACCEPT")
+    check_expected("g", "this version's text")
+    with pytest.raises(AssertionError):
+        check_expected("g", "shared text")
+    own.unlink()
+    check_expected("g", "shared text")
