@@ -73,7 +73,11 @@ import torch.nn as nn
 import framejit
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
+# 3.11, the first supported version, writes benchmarks/results/; every other version a folder of
+# its own beside it (benchmarks/results/py312/), so the versions' tables sit side by side.
+RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results",
+                           *([] if sys.version_info[:2] == (3, 11) else
+                             ["py%d%d" % sys.version_info[:2]]))
 COMPILERS = ("framejit", "dynamo")
 
 # One cycle of the straight-line chain: (source line, tensor ops it records).
