@@ -179,7 +179,8 @@ PYBIND11_MODULE(_C, m) {
       },
       "How traced torch calls got their meta results: hits, misses, uncacheable (counts).");
   m.def("set_trace_rules", &set_trace_rules, py::arg("rules"),
-        "The trace policy: [(file-name prefix, traced?)]; the longest matching prefix decides.");
+        "The trace policy: [(file-name prefix, rule)], rule 0 not traced, 1 traced, 2 traced "
+        "only inlined into traced code; the longest matching prefix decides.");
   m.def("allow_code", &allow_code, py::arg("code"));
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),

@@ -34,7 +34,7 @@ Py_ssize_t extra_index() {
 
 class RuntimeTraceHost final : public TraceHost {
  public:
-  bool traces_into(PyCodeObject* code) override { return !should_skip_code(code); }
+  bool traces_into(PyCodeObject* code) override { return !should_skip_code(code, false); }
   const Bytecode& bytecode_of(PyCodeObject* code) override {
     return decoded_bytecode(code, *code_state(code));
   }
@@ -85,7 +85,12 @@ void reset_skip_decisions() {
   for (CodeState* state : runtime_state().registry) state->decision = CodeState::Decision::kUnknown;
 }
 
-void set_trace_rules(std::vector<std::pair<std::string, bool>> rules) {
+void set_trace_rules(const std::vector<std::pair<std::string, int>>& given) {
+  std::vector<std::pair<std::string, TraceRule>> rules;
+  for (const auto& [prefix, rule] : given) {
+    FJ_CHECK(rule >= 0 && rule <= 2, "trace rule {} for {} is not 0, 1 or 2", rule, prefix);
+    rules.emplace_back(prefix, static_cast<TraceRule>(rule));
+  }
   std::stable_sort(rules.begin(), rules.end(), [](const auto& a, const auto& b) {
     return a.first.size() > b.first.size();
   });
@@ -102,7 +107,7 @@ void allow_code(py::object code) {
   reset_skip_decisions();
 }
 
-bool should_skip_code(PyCodeObject* code) {
+bool should_skip_code(PyCodeObject* code, bool as_frame) {
   constexpr int kNotTraced = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
                              CO_ITERABLE_COROUTINE;
   if (code->co_flags & kNotTraced) return true;
@@ -118,8 +123,10 @@ bool should_skip_code(PyCodeObject* code) {
   for (const auto& known : rs.allow_codes) {
     if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
   }
-  for (const auto& [prefix, traced] : rs.path_rules) {
-    if (starts_with(filename, prefix)) return !traced;
+  for (const auto& [prefix, rule] : rs.path_rules) {
+    if (starts_with(filename, prefix)) {
+      return rule == TraceRule::kSkip || (as_frame && rule == TraceRule::kInlineOnly);
+    }
   }
   // Frozen modules (importlib & co.) are not traced, unless a rule names one
   // ("<frozen _collections_abc>": a traced part of the standard library, frozen on 3.11+).

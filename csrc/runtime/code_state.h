@@ -126,12 +126,14 @@ void reset_all_code_states();
 // Forgets skip decisions only (after the skip rules change).
 void reset_skip_decisions();
 
-// The trace policy: (file-name prefix, whether its files are traced); the longest matching
-// prefix decides, a file none matches is traced.
-void set_trace_rules(std::vector<std::pair<std::string, bool>> rules);
+// The trace policy: (file-name prefix, TraceRule as an int); the longest matching prefix
+// decides, a file none matches is traced.
+void set_trace_rules(const std::vector<std::pair<std::string, int>>& rules);
 // One code object traced even if its file is skipped (held for the process's life).
 void allow_code(py::object code);
-bool should_skip_code(PyCodeObject* code);
+// Whether the hook runs `code` as plain Python: as a frame of its own (`as_frame`), or inlined
+// into traced code (false).
+bool should_skip_code(PyCodeObject* code, bool as_frame);
 
 // The code object's decoded bytecode, decoded on first use (and logged under `bytecode`) and kept
 // in its CodeState. Borrowed: code.

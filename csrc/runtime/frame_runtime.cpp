@@ -1101,7 +1101,7 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
   try {
     state = code_state(code);
     if (state->decision == CodeState::Decision::kUnknown) {
-      state->decision = should_skip_code(code) ? CodeState::Decision::kSkip
+      state->decision = should_skip_code(code, true) ? CodeState::Decision::kSkip
                                                : CodeState::Decision::kRun;
     }
     if (state->decision == CodeState::Decision::kSkip) {

@@ -15,12 +15,17 @@ namespace framejit {
 
 struct CodeState;
 
+// What the trace policy says of a file: not traced, traced, or traced only where traced code
+// calls into it (inlined; never a frame of its own for the hook: the parts of the standard
+// library the tracer handles, code made by exec such as dataclass methods).
+enum class TraceRule : int { kSkip = 0, kTrace = 1, kInlineOnly = 2 };
+
 struct RuntimeState {
   Py_ssize_t extra_index = -1;               // the co_extra slot of CodeState
   std::unordered_set<CodeState*> registry;   // every live CodeState (framejit.reset())
-  // The trace policy: (file-name prefix, traced?), longest prefix first; the first that matches
-  // a code object's file decides; a file no rule matches is traced.
-  std::vector<std::pair<std::string, bool>> path_rules;
+  // The trace policy: (file-name prefix, TraceRule), longest prefix first; the first that
+  // matches a code object's file decides; a file no rule matches is traced.
+  std::vector<std::pair<std::string, TraceRule>> path_rules;
   // Code objects traced even where their file is skipped: the forward of a torch.nn module
   // compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
   std::vector<py::object> allow_codes;

@@ -4,7 +4,7 @@ import warnings
 
 import torch
 
-from . import _C, _skip, backends, config
+from . import _C, _distributed, _skip, backends, config
 from .exc import FramejitWarning
 
 _nn_module = torch.nn.modules.module
@@ -118,8 +118,9 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     backend_fn, backend_name = backends.lookup(backend)
     # A trace that reads no size into Python holds for any size when the backend runs any size.
     any_sizes = dynamic is not False and bool(getattr(backend_fn, "framejit_shape_generic", False))
+    backend_fn = _distributed.ddp_aware(backend_fn)
     if isinstance(fn, torch.nn.Module):
-        _skip.allow_file_of(type(fn).forward)
+        _skip.allow_module(fn)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
                                 bool(warm_branches), any_sizes=any_sizes,
                                 dynamic=-1 if dynamic is None else int(bool(dynamic)))

@@ -29,7 +29,13 @@ SKIPPED_PACKAGES = (
 # Files of the standard library that are traced all the same: plain Python the tracer handles,
 # which libraries call on their own classes (a Mapping subclass's `in` and `.get` are
 # collections.abc's mixin methods; transformers' ModelOutput asks dataclasses.fields(self)).
+# Inlined only: called from untraced code (FSDP's hooks ask dataclasses.is_dataclass), their
+# frames run as plain Python, as does code made by exec (dataclass and namedtuple methods,
+# file "<string>") unless compiled itself.
 TRACED_STDLIB = ("_collections_abc.py", "dataclasses.py")
+EXEC_FILE = "<string>"
+
+SKIP, TRACE, INLINE_ONLY = 0, 1, 2  # the C++ TraceRule values
 
 _allowed = []     # directories traced because a compiled function lives there
 _user_rules = []  # (prefix, traced) from skip_files / trace_files
@@ -64,28 +70,29 @@ def _site_dirs():
 def _rules():
     rules = []
 
-    def add(path, traced):
+    def add(path, rule):
         for form in _forms(path):
-            rules.append((form, traced))
+            rules.append((form, rule))
 
     for key in ("stdlib", "platstdlib"):
         value = sysconfig.get_paths().get(key)
         if value:
-            add(_dir(value), False)
+            add(_dir(value), SKIP)
             for name in TRACED_STDLIB:
-                add(os.path.join(value, name), True)
+                add(os.path.join(value, name), INLINE_ONLY)
     for name in TRACED_STDLIB:  # the frozen copy CPython may run instead of the file
-        rules.append((f"<frozen {name[:-3]}>", True))
+        rules.append((f"<frozen {name[:-3]}>", INLINE_ONLY))
+    rules.append((EXEC_FILE, INLINE_ONLY))
     for site_dir in _site_dirs():
-        add(_dir(site_dir), True)
+        add(_dir(site_dir), TRACE)
         for name in SKIPPED_PACKAGES:
-            add(os.path.join(site_dir, name) if name.endswith(".py") else _dir(os.path.join(site_dir, name)), False)
-    add(_dir(os.path.dirname(torch.__file__)), False)
-    add(_dir(os.path.dirname(__file__)), False)
+            add(os.path.join(site_dir, name) if name.endswith(".py") else _dir(os.path.join(site_dir, name)), SKIP)
+    add(_dir(os.path.dirname(torch.__file__)), SKIP)
+    add(_dir(os.path.dirname(__file__)), SKIP)
     for path in _allowed:
-        add(path, True)
+        add(path, TRACE)
     for path, traced in _user_rules:
-        add(path, traced)
+        add(path, TRACE if traced else SKIP)
     return rules
 
 
@@ -129,7 +136,32 @@ def is_traced(filename: str) -> bool:
     for prefix, traced in _rules():
         if filename.startswith(prefix) and (best is None or len(prefix) > len(best[0])):
             best = (prefix, traced)
-    return True if best is None else best[1]
+    return True if best is None else best[1] != SKIP
+
+
+def _wrapper_classes():
+    """Modules whose forward is a distributed wrapper that runs as torch runs it (its hooks,
+    collectives and bookkeeping in plain Python) around the module it wraps, which is traced."""
+    classes = []
+    ddp = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+    if ddp is not None:
+        classes.append(ddp)
+    try:
+        from torch.distributed.fsdp import FullyShardedDataParallel
+        classes.append(FullyShardedDataParallel)
+    except ImportError:  # torch built without distributed
+        pass
+    return tuple(classes)
+
+
+def allow_module(mod) -> None:
+    """Trace the compiled module's forward; for a DDP / FSDP wrapper, the forward of the module
+    it wraps (as torch.compile does, the wrapper's own forward runs eagerly)."""
+    wrappers = _wrapper_classes()
+    while isinstance(mod, wrappers) and isinstance(getattr(mod, "module", None), torch.nn.Module):
+        mod = mod.module
+    if not isinstance(mod, wrappers):
+        allow_file_of(type(mod).forward)
 
 
 def allow_file_of(fn) -> None:
@@ -139,8 +171,8 @@ def allow_file_of(fn) -> None:
     if code is None:
         return
     filename = code.co_filename
-    if filename.startswith(os.path.join(os.path.dirname(torch.__file__), "")):
-        _C.allow_code(code)
+    if filename.startswith((os.path.join(os.path.dirname(torch.__file__), ""), EXEC_FILE)):
+        _C.allow_code(code)  # torch's: only fn's own code; exec's: a frame of its own all the same
         return
     if not is_traced(filename):
         package_dir = os.path.join(os.path.dirname(filename), "")

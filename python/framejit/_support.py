@@ -25,7 +25,7 @@ _NOT_OPS_PREFIXES = (
     "torch.serialization", "torch.backends", "torch.hub", "torch.onnx", "torch.profiler",
     "torch._logging", "torch.multiprocessing", "torch.overrides", "torch.export",
     "torch._inductor", "torch.library", "torch.nn.modules", "torch.optim", "torch._guards",
-    "torch.storage", "torch.package", "torch.futures",
+    "torch.storage", "torch.package", "torch.futures", "torch.nn.parallel",
 )
 
 _NOT_OPS = {

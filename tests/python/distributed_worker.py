@@ -1,0 +1,192 @@
+"""Runs a training scenario on `world` ranks (processes on this machine, gloo over loopback) and
+writes what rank 0 saw as JSON: eager DDP and framejit-compiled DDP trained side by side from the
+same weights on the same batches, graphs compiled per rank, DDP's own bucket count.
+
+    python distributed_worker.py SCENARIO WORLD OUT.json
+
+Used by test_distributed.py (a crash or a hang stays in the child process)."""
+import json
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import framejit
+import framejit.testing
+
+
+class Blocks(nn.Module):
+    """An MLP of equal blocks: its parameters fill several DDP buckets of 0.3 MB."""
+
+    def __init__(self, width=256, depth=6, classes=10):
+        super().__init__()
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(width, width), nn.GELU())
+                                    for _ in range(depth))
+        self.norm = nn.LayerNorm(width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(self.norm(x))
+
+
+class TinyGPT(nn.Module):
+    """A nanoGPT-style decoder: embeddings, causal self-attention blocks, tied head."""
+
+    def __init__(self, vocab=128, width=64, heads=4, depth=2, context=16):
+        super().__init__()
+        self.heads = heads
+        self.tok = nn.Embedding(vocab, width)
+        self.pos = nn.Embedding(context, width)
+        self.layers = nn.ModuleList()
+        for _ in range(depth):
+            self.layers.append(nn.ModuleDict(dict(
+                ln1=nn.LayerNorm(width), qkv=nn.Linear(width, 3 * width), proj=nn.Linear(width, width),
+                ln2=nn.LayerNorm(width), up=nn.Linear(width, 4 * width), down=nn.Linear(4 * width, width))))
+        self.ln = nn.LayerNorm(width)
+        self.head = nn.Linear(width, vocab, bias=False)
+        self.head.weight = self.tok.weight
+
+    def forward(self, idx):
+        b, t = idx.shape
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for layer in self.layers:
+            q, k, v = layer["qkv"](layer["ln1"](x)).split(x.size(-1), dim=2)
+            q, k, v = (z.view(b, t, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + layer["proj"](y.transpose(1, 2).reshape(b, t, -1))
+            x = x + layer["down"](F.gelu(layer["up"](layer["ln2"](x))))
+        return self.head(self.ln(x))
+
+
+def scenario_setup(name):
+    """(model factory, batch maker(step, rank), loss, DDP keyword arguments, compile backend)."""
+    if name.startswith(("blocks", "fsdp")):
+        def batch(step, rank):
+            g = torch.Generator().manual_seed(1000 * step + rank)
+            return torch.randn(8, 256, generator=g), torch.randint(0, 10, (8,), generator=g)
+        return Blocks, batch, F.cross_entropy, dict(bucket_cap_mb=0.3)
+
+    def batch(step, rank):
+        g = torch.Generator().manual_seed(1000 * step + rank)
+        idx = torch.randint(0, 128, (4, 17), generator=g)
+        return idx[:, :-1], idx[:, 1:]
+
+    def loss(logits, target):
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1))
+    return TinyGPT, batch, loss, dict(bucket_cap_mb=0.05)
+
+
+def train(model, batch, loss_fn, rank, steps, after_step=None):
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    losses = []
+    for step in range(steps):
+        if after_step is not None and step > 0:
+            after_step()
+        x, y = batch(step, rank)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def aot_counting_backend(graphs):
+    """aot_eager, counting the forward graphs it compiles: its backward runs as one unit per
+    graph, the case DDP's bucket split is for."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def forward_compiler(gm, example_inputs):
+        graphs.append(len(gm.graph.nodes))
+        return make_boxed_func(gm.forward)
+
+    return aot_autograd(fw_compiler=forward_compiler,
+                        bw_compiler=lambda gm, example_inputs: make_boxed_func(gm.forward))
+
+
+def run(rank, world, port, name, out):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    make, batch, loss_fn, ddp_kwargs = scenario_setup(name)
+    framejit.config.optimize_ddp = not name.endswith("_nosplit")
+    reference = make()
+    eager_model = make()
+    eager_model.load_state_dict(reference.state_dict())
+    compiled_model = make()
+    compiled_model.load_state_dict(reference.state_dict())
+    eager_ddp = DDP(eager_model, **ddp_kwargs)
+    eager_losses = train(eager_ddp, batch, loss_fn, rank, 5)
+    graphs = []
+    ddp = DDP(compiled_model, **ddp_kwargs)
+    compiled = ddp if name.endswith("_twice_eager") else framejit.compile(
+        ddp, backend=aot_counting_backend(graphs))
+    compiled_losses = train(compiled, batch, loss_fn, rank, 5)
+    buckets = ddp._get_ddp_logging_data().get("num_buckets_reduced")
+    param_diff = max((a - b).abs().max().item()
+                     for a, b in zip(eager_model.parameters(), compiled_model.parameters()))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=len(graphs),
+                           buckets=buckets, param_diff=param_diff,
+                           logging={k: str(v) for k, v in ddp._get_ddp_logging_data().items() if "bucket" in k}), f)
+    dist.destroy_process_group()
+
+
+def run_fsdp(rank, world, port, name, out):
+    from torch.distributed.fsdp import fully_shard
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(0)
+    make, batch, loss_fn, _ = scenario_setup(name)
+    reference = make()
+    models = []
+    for _ in range(2):
+        model = make()
+        model.load_state_dict(reference.state_dict())
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        models.append(model)
+    eager_losses = train(models[0], batch, loss_fn, rank, 5)
+    counter = framejit.testing.CompileCounter()
+    aot_graphs = []
+    backend = counter if name.endswith("eager") else aot_counting_backend(aot_graphs)
+    compiled = framejit.compile(models[1], backend=backend)
+
+    def graphs():
+        return counter.frame_count + len(aot_graphs)
+    per_step = []
+    compiled_losses = train(compiled, batch, loss_fn, rank, 5,
+                            after_step=lambda: per_step.append(graphs()))
+    per_step.append(graphs())
+    param_diff = max((a.full_tensor() - b.full_tensor()).abs().max().item()
+                     for a, b in zip(models[0].parameters(), models[1].parameters()))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=graphs(),
+                           graphs_after_step=per_step, param_diff=param_diff), f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+if __name__ == "__main__":
+    scenario, world, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    target = run_fsdp if scenario.startswith("fsdp") else run
+    mp.spawn(target, args=(world, free_port(), scenario, out), nprocs=world)
