@@ -2,9 +2,9 @@
 
 Run from the repository root:
 
-    PYTHONPATH=python python3 benchmarks/run.py            # full run (~10-20 min on 2 cores)
-    PYTHONPATH=python python3 benchmarks/run.py --quick    # smaller sizes, fewer repeats (<5 min)
-    PYTHONPATH=python python3 benchmarks/run.py --quick --only backends   # one section only
+    python3 benchmarks/run.py            # full run (~10-20 min on 2 cores)
+    python3 benchmarks/run.py --quick    # smaller sizes, fewer repeats (<5 min)
+    python3 benchmarks/run.py --quick --only backends   # one section only
 
 With --only, the sections not run keep their tables from the previous results.json, marked with
 the date of the run that measured them.
@@ -49,6 +49,10 @@ What is measured
      empty inductor cache (both compile the same kernels: in one process the second compiler
      would find the first's): total wall time including compiles, graphs compiled, and whether
      every output matches eager.
+  7. Distributed: DDP on 2 ranks (processes, gloo, one thread each), an MLP of 8
+     Linear(512, 512) blocks with 2 MB buckets, batch 64, AdamW: steps/s over 20 steps after 3,
+     eager DDP vs framejit (backend eager; backend aot_eager with the bucket split on and off)
+     vs torch.compile (aot_eager, DDPOptimizer on and off).
 """
 import argparse
 import ctypes
@@ -100,7 +104,7 @@ GOALS = {
     "hf_cached_vs_dynamo": 1.0,     # framejit cached call / torch.compile cached call, at most
     "dynamic_total_vs_dynamo": 0.5,  # framejit / torch.compile wall time, 16 calls, 8 sizes
 }
-SECTIONS = ("trace", "calls", "memory", "backends", "transformers", "dynamic")
+SECTIONS = ("trace", "calls", "memory", "backends", "transformers", "dynamic", "distributed")
 
 
 # --------------------------------------------------------------------------------------------
@@ -952,6 +956,43 @@ def dynamic_table(results):
                            "torch.compile graphs / matches", "framejit / torch.compile"], rows)
 
 
+DISTRIBUTED_RUNS = [  # (row label, worker scenario)
+    ("eager DDP", "eager"),
+    ("framejit, backend eager", "framejit_eager"),
+    ("framejit, aot_eager, split at buckets", "framejit_aot"),
+    ("framejit, aot_eager, one graph", "framejit_aot_nosplit"),
+    ("torch.compile, aot_eager, DDPOptimizer", "torch_aot"),
+    ("torch.compile, aot_eager, one graph", "torch_aot_nosplit"),
+]
+
+
+def run_distributed_section(args):
+    import tempfile
+    worker = os.path.join(REPO_ROOT, "tests", "python", "distributed_worker.py")
+    results = []
+    for label, how in DISTRIBUTED_RUNS:
+        print(f"  distributed: {label} ...", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "out.json")
+            proc = subprocess.run([sys.executable, "-W", "ignore", worker, f"bench:{how}", "2", out],
+                                  capture_output=True, text=True, timeout=900)
+            try:
+                with open(out) as f:
+                    steps = json.load(f)["steps_per_s"]
+            except (OSError, ValueError, KeyError):
+                print(proc.stderr[-2000:], flush=True)
+                steps = None
+        results.append({"case": label, "steps_per_s": steps})
+    return results
+
+
+def distributed_table(results):
+    eager = results[0]["steps_per_s"] if results else None
+    rows = [[r["case"], fmt(r["steps_per_s"]), fmt(ratio(r["steps_per_s"], eager))]
+            for r in results]
+    return markdown_table(["run", "steps/s", "vs eager DDP"], rows)
+
+
 def goal_rows(results):
     """The goals table over the sections in `results` (section name -> its results)."""
     rows = []
@@ -1048,6 +1089,7 @@ SECTION_TITLES = {
     "backends": "4. End-to-end forward time per backend",
     "transformers": "5. transformers models: first call and cached call",
     "dynamic": "6. Dynamic shapes through inductor: 16 calls, 8 batch sizes",
+    "distributed": "7. DDP on 2 ranks (gloo, CPU): training steps per second",
 }
 
 
@@ -1063,6 +1105,8 @@ def section_text(name, data, args):
         return transformers_table(data)
     if name == "dynamic":
         return dynamic_table(data)
+    if name == "distributed":
+        return distributed_table(data)
     return backend_header(data) + "\n" + backend_table(data)
 
 
@@ -1106,7 +1150,7 @@ def previous_sections(names):
 def write_report(args, env, results, runs, elapsed_s, png_note):
     """results: section name -> results; runs: section name -> {"date", "quick"} of the run
     that measured it (this one, or an earlier one when --only skipped the section)."""
-    command = ("PYTHONPATH=python python3 benchmarks/run.py" + (" --quick" if args.quick else "")
+    command = ("python3 benchmarks/run.py" + (" --quick" if args.quick else "")
                + (f" --only {' '.join(args.only)}" if args.only else ""))
     sections = [
         "# framejit benchmarks\n",
@@ -1215,6 +1259,7 @@ def main():
                      lambda data: backend_header(data) + "\n" + backend_table(data)),
         "transformers": (run_transformers_section, transformers_table),
         "dynamic": (run_dynamic_section, dynamic_table),
+        "distributed": (run_distributed_section, distributed_table),
     }
     results, runs = {}, {}
     for name in selected:
