@@ -209,8 +209,8 @@ def run_bench(rank, world, port, name, out):
         framejit.config.optimize_ddp = not how.endswith("_nosplit")
         model = framejit.compile(ddp, backend="eager" if how == "framejit_eager" else "aot_eager")
     elif how.startswith("torch"):
-        import torch._dynamo
-        torch._dynamo.config.optimize_ddp = not how.endswith("_nosplit")
+        from torch import _dynamo
+        _dynamo.config.optimize_ddp = not how.endswith("_nosplit")
         model = torch.compile(ddp, backend="aot_eager")
     else:
         model = ddp
