@@ -79,7 +79,7 @@ class TinyGPT(nn.Module):
 
 
 def scenario_setup(name):
-    """(model factory, batch maker(step, rank), loss, DDP keyword arguments, compile backend)."""
+    """(model factory, batch maker(step, rank), loss, DDP keyword arguments)."""
     if name.startswith(("blocks", "fsdp", "rank_scaled")):
         def batch(step, rank):
             g = torch.Generator().manual_seed(1000 * step + rank)
@@ -95,6 +95,18 @@ def scenario_setup(name):
     def loss(logits, target):
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), target.reshape(-1))
     return TinyGPT, batch, loss, dict(bucket_cap_mb=0.05)
+
+
+def same_models(make, n):
+    """n models made by `make` holding the same weights (a seeded first one's)."""
+    torch.manual_seed(0)
+    reference = make()
+    models = []
+    for _ in range(n):
+        model = make()
+        model.load_state_dict(reference.state_dict())
+        models.append(model)
+    return models
 
 
 def train(model, batch, loss_fn, rank, steps, after_step=None):
@@ -126,24 +138,15 @@ def aot_counting_backend(graphs):
                         bw_compiler=lambda gm, example_inputs: make_boxed_func(gm.forward))
 
 
-def run(rank, world, port, name, out):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
+def run_ddp(rank, name, out):
     make, batch, loss_fn, ddp_kwargs = scenario_setup(name)
     framejit.config.optimize_ddp = not name.endswith("_nosplit")
-    reference = make()
-    eager_model = make()
-    eager_model.load_state_dict(reference.state_dict())
-    compiled_model = make()
-    compiled_model.load_state_dict(reference.state_dict())
+    eager_model, compiled_model = same_models(make, 2)
     eager_ddp = DDP(eager_model, **ddp_kwargs)
     eager_losses = train(eager_ddp, batch, loss_fn, rank, 5)
     graphs = []
     ddp = DDP(compiled_model, **ddp_kwargs)
-    compiled = ddp if name.endswith("_twice_eager") else framejit.compile(
-        ddp, backend=aot_counting_backend(graphs))
+    compiled = framejit.compile(ddp, backend=aot_counting_backend(graphs))
     compiled_losses = train(compiled, batch, loss_fn, rank, 5)
     buckets = ddp._get_ddp_logging_data().get("num_buckets_reduced")
     param_diff = max((a - b).abs().max().item()
@@ -151,27 +154,17 @@ def run(rank, world, port, name, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=len(graphs),
-                           buckets=buckets, param_diff=param_diff,
-                           logging={k: str(v) for k, v in ddp._get_ddp_logging_data().items() if "bucket" in k}), f)
-    dist.destroy_process_group()
+                           buckets=buckets, param_diff=param_diff), f)
 
 
-def run_fsdp(rank, world, port, name, out):
+def run_fsdp(rank, name, out):
     from torch.distributed.fsdp import fully_shard
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(0)
     make, batch, loss_fn, _ = scenario_setup(name)
-    reference = make()
-    models = []
-    for _ in range(2):
-        model = make()
-        model.load_state_dict(reference.state_dict())
+    models = same_models(make, 2)
+    for model in models:
         for block in model.blocks:
             fully_shard(block)
         fully_shard(model)
-        models.append(model)
     eager_losses = train(models[0], batch, loss_fn, rank, 5)
     counter = framejit.testing.CompileCounter()
     aot_graphs = []
@@ -190,18 +183,13 @@ def run_fsdp(rank, world, port, name, out):
         with open(out, "w") as f:
             json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=graphs(),
                            graphs_after_step=per_step, param_diff=param_diff), f)
-    dist.destroy_process_group()
 
 
-def run_bench(rank, world, port, name, out):
+def run_bench(rank, name, out):
     """bench:<how>: steps/s of 20 AdamW steps (after 3 to compile and warm up) of an MLP of 8
     Linear(512, 512) blocks in DDP with 2 MB buckets (5 buckets), batch 64. <how>: eager,
     framejit_eager, framejit_aot, framejit_aot_nosplit, torch_aot, torch_aot_nosplit."""
     import time
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.set_num_threads(1)  # the ranks share this machine's cores
     how = name.split(":", 1)[1]
     torch.manual_seed(0)
     ddp = DDP(Blocks(width=512, depth=8), bucket_cap_mb=2)
@@ -233,7 +221,23 @@ def run_bench(rank, world, port, name, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(dict(steps_per_s=20 / elapsed), f)
-    dist.destroy_process_group()
+
+
+def rank_main(rank, world, port, name, out):
+    """One rank: joins the gloo group over loopback, runs the scenario, leaves the group."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # One thread per rank: the ranks share this machine's cores, and a multi-threaded GEMM may
+    # split its sums differently from one call to the next under load (the eager and compiled
+    # runs would then differ in the last bits).
+    torch.set_num_threads(1)
+    try:
+        target = (run_fsdp if name.startswith("fsdp") else
+                  run_bench if name.startswith("bench:") else run_ddp)
+        target(rank, name, out)
+    finally:
+        dist.destroy_process_group()
 
 
 def free_port():
@@ -244,6 +248,4 @@ def free_port():
 
 if __name__ == "__main__":
     scenario, world, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    target = (run_fsdp if scenario.startswith("fsdp") else
-              run_bench if scenario.startswith("bench:") else run)
-    mp.spawn(target, args=(world, free_port(), scenario, out), nprocs=world)
+    mp.spawn(rank_main, args=(world, free_port(), scenario, out), nprocs=world)

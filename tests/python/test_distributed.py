@@ -59,6 +59,7 @@ def test_ddp_four_ranks_nanogpt_style_model_has_a_piece_per_bucket(tmp_path):
     # follows the bucket layout, which DDP rebuilds from the order gradients became ready (a
     # compiled backward makes them ready in another order): the gradients differ in the last
     # bits, and AdamW's normalisation lifts that to ~1e-4 on parameters with tiny gradients.
+    # torch.compile (aot_eager, one graph) differs from eager DDP here by the same 2.2e-4.
     result = run_ranks("gpt", 4, tmp_path)
     assert result["compiled"] == pytest.approx(result["eager"], rel=1e-5)
     assert result["param_diff"] < 1e-3
