@@ -117,8 +117,12 @@ void raise_fullgraph(const std::string& message) {
   PyErr_SetString(PyRefs::get().unsupported_error.ptr(), message.c_str());
 }
 
-void report_region(const CompileContext& ctx, PyCodeObject* code, const Region& region,
-                   const Bytecode& bytecode) {
+// Tells the regions log and the compile's on_region callback (framejit.explain, the rank check
+// under torch.distributed) about a new region. `recompile`: the guard that failed on the
+// region compiled before at this pc, or empty. Returns false with the Python exception set when
+// the callback raised: the compile is refused (the rank check found ranks diverging).
+bool report_region(const CompileContext& ctx, PyCodeObject* code, const Region& region,
+                   const Bytecode& bytecode, const std::string& recompile = {}) {
   if (log_enabled(Artifact::regions)) {
     log_emit(Artifact::regions,
              fmt::format("region {} pc {} -> {} at pc {} ({}), {} graph ops{}",
@@ -127,7 +131,8 @@ void report_region(const CompileContext& ctx, PyCodeObject* code, const Region& 
                          region.kind == RegionKind::kFallback ? "fallback" : "compiled",
                          region.graph_ops, region.warmed ? ", warmed" : ""));
   }
-  if (ctx.on_region && !ctx.on_region.is_none()) {
+  if (!ctx.on_region || ctx.on_region.is_none()) return true;
+  try {
     py::dict info;
     info["id"] = region.id;
     info["code"] = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(code));
@@ -141,8 +146,17 @@ void report_region(const CompileContext& ctx, PyCodeObject* code, const Region& 
     info["graph"] = region.graph_text;
     info["graph_ops"] = region.graph_ops;
     info["warmed"] = region.warmed;
+    {
+      PauseScope pause;
+      info["guards"] = region.guards.to_string(region.sources);
+    }
+    info["recompile"] = recompile;
     ctx.on_region(info);
+  } catch (py::error_already_set& e) {
+    e.restore();
+    return false;
   }
+  return true;
 }
 
 std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
@@ -715,7 +729,11 @@ void warm_target(FrameRun& run, int pc, const FrameState& fs, int depth) {
     PyErr_Clear();
     return;
   }
-  report_region(*run.ctx, run.code, *region, *run.bytecode);
+  if (!report_region(*run.ctx, run.code, *region, *run.bytecode)) {
+    // The callback refused a warmed region: reported when that side runs, if it ever does.
+    if (!PyErr_ExceptionMatches(PyExc_KeyboardInterrupt)) PyErr_Clear();
+    return;
+  }
   Region* raw = run.state.add(std::move(region));
   if (raw->kind == RegionKind::kCompiled) warm_branch_sides(run, *raw, fs, depth);
 }
@@ -892,19 +910,25 @@ PyObject* run_frame(FrameRun& run) {
         }
         return resume(run, run.pc, false);
       }
-      if (tried > 0 && log_enabled(Artifact::recompiles)) {
+      // Why the regions compiled before at this pc do not hold (the recompiles log, and the
+      // rank check under torch.distributed).
+      std::string recompile;
+      if (tried > 0 && (log_enabled(Artifact::recompiles) ||
+                        (ctx.on_region && !ctx.on_region.is_none()))) {
         for (Region* r : state.at(run.pc)) {
           if (r->ctx != run.ctx) continue;
-          std::string failure;
           {
             PauseScope pause;
-            failure = r->guards.first_failure(r->sources, fs);
+            recompile = r->guards.first_failure(r->sources, fs);
           }
+          if (recompile.empty()) recompile = "value stack shape";
+          break;
+        }
+        if (log_enabled(Artifact::recompiles)) {
           log_emit(Artifact::recompiles,
                    fmt::format("Recompiling {} at pc {}\n    triggered by the guard failure: {}",
                                code_location(run.code, run.code->co_firstlineno), run.pc,
-                               failure.empty() ? "value stack shape" : failure));
-          break;
+                               recompile));
         }
       }
       // Another thread compiles this region now (tracing and backends let the GIL go): this
@@ -931,7 +955,10 @@ PyObject* run_frame(FrameRun& run) {
         }
         return nullptr;
       }
-      report_region(ctx, run.code, *fresh, *run.bytecode);
+      if (!report_region(ctx, run.code, *fresh, *run.bytecode, recompile)) {
+        slots.clear();
+        return nullptr;  // raised to the caller, as a fullgraph error is
+      }
       region = state.add(std::move(fresh));
     }
     ++region->hits;

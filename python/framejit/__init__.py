@@ -18,7 +18,7 @@ from ._skip import skip_files, trace_files  # noqa: E402
 from ._explain import ExplainOutput, explain  # noqa: E402
 from ._dynamic import mark_dynamic, mark_static, maybe_mark_dynamic  # noqa: E402
 from ._logging import set_logs  # noqa: E402
-from .exc import FramejitWarning, Unsupported  # noqa: E402
+from .exc import FramejitWarning, RankDivergence, Unsupported  # noqa: E402
 
 _skip.apply()
 _logging.init_from_env()
@@ -28,6 +28,6 @@ if _os.environ.get("FRAMEJIT_INJECT_FAULT"):  # tests: site:n (framejit.testing.
 
 __all__ = [
     "compile", "disable", "explain", "skip_files", "trace_files", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
-    "FramejitWarning", "CompiledModule", "mark_dynamic", "maybe_mark_dynamic", "mark_static",
+    "FramejitWarning", "RankDivergence", "CompiledModule", "mark_dynamic", "maybe_mark_dynamic", "mark_static",
 ]
 __version__ = "0.1.0"

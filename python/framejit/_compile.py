@@ -119,10 +119,14 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     # A trace that reads no size into Python holds for any size when the backend runs any size.
     any_sizes = dynamic is not False and bool(getattr(backend_fn, "framejit_shape_generic", False))
     backend_fn = _distributed.ddp_aware(backend_fn)
+    # Compiles of a DDP / FSDP2 model are compared across ranks (framejit.config.check_ranks).
+    on_region = (_distributed.RankCheck() if config.check_ranks is True or (
+        config.check_ranks == "auto" and isinstance(fn, torch.nn.Module)
+        and _distributed.is_distributed_module(fn)) else None)
     if isinstance(fn, torch.nn.Module):
         _skip.allow_module(fn)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches), any_sizes=any_sizes,
+                                bool(warm_branches), on_region=on_region, any_sizes=any_sizes,
                                 dynamic=-1 if dynamic is None else int(bool(dynamic)))
         return CompiledModule(fn, call, dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                              options=options, mode=mode,
@@ -131,7 +135,7 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
     _skip.allow_file_of(fn)
     compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
-                                bool(warm_branches), any_sizes=any_sizes,
+                                bool(warm_branches), on_region=on_region, any_sizes=any_sizes,
                                 dynamic=-1 if dynamic is None else int(bool(dynamic)))
     functools.update_wrapper(compiled, fn)
     return compiled

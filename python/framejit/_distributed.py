@@ -8,12 +8,24 @@ DDP's bucket boundaries (torch.compile's DDPOptimizer does the same) and compile
 own. framejit's own backends run the graph's ops through eager autograd, where each gradient is
 ready when computed: they get the whole graph. `framejit.config.optimize_ddp = False` turns the
 split off.
+
+Every rank must take the same compile decisions: DDP and FSDP2 call their collectives in the
+order the ranks run the same code, and a rank that specialises on a value no other rank sees
+(a rank-dependent Python number, a recompile on one rank only) runs code the others do not.
+RankCheck compares each compile of a distributed model across the ranks through the process
+group's store, and raises on every rank, naming the guard, within
+`framejit.config.rank_check_timeout_s` seconds.
 """
+import datetime
 import functools
+import json
+import re
+import sys
 
 import torch
 
 from . import config
+from .exc import RankDivergence
 
 
 def active_ddp_module():
@@ -135,3 +147,120 @@ def compile_by_bucket(backend, gm, example_inputs, first_cap, cap):
         PieceCompiler(split).run(*[fake(value) for value in example_inputs])
     split.framejit_pieces = pieces
     return split.forward
+
+
+def is_distributed_module(module):
+    """True for a DistributedDataParallel module and for a module with FSDP2-sharded parts:
+    the models whose compiles RankCheck compares across ranks (config.check_ranks = "auto")."""
+    ddp = torch.nn.parallel.DistributedDataParallel
+    if isinstance(module, ddp):
+        return True
+    fsdp = sys.modules.get("torch.distributed.fsdp")  # never imported here for the check
+    fsdp_module = getattr(fsdp, "FSDPModule", None)
+    return fsdp_module is not None and any(isinstance(m, fsdp_module) for m in module.modules())
+
+
+# Per-process text in guards that does not say what a rank assumed: addresses in reprs, the
+# rank's own device index.
+_PER_PROCESS = [(re.compile(r"0x[0-9a-fA-F]+"), "0x?"), (re.compile(r"\b(cuda|xpu|hpu):\d+"), r"\1")]
+
+
+def _comparable(text):
+    for pattern, repl in _PER_PROCESS:
+        text = pattern.sub(repl, text)
+    return text
+
+
+class _StoreCursor:
+    """The number of compile events this process has published to the current process group's
+    store (a new group starts again at 0)."""
+    store = None
+    count = 0
+
+
+def _group():
+    """(store, rank, world size) of the default process group, or None outside one."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.get_world_size()
+    if world < 2:
+        return None
+    return dist.distributed_c10d._get_default_store(), dist.get_rank(), world
+
+
+def _describe(event):
+    text = f"{event['where']} at pc {event['pc']} ({event['kind']}"
+    if event["recompile"]:
+        text += f", recompiled because {event['recompile']}"
+    return text + ")"
+
+
+def _guard_difference(rank, mine, other, theirs):
+    """'rank A guards X, rank B guards Y' for the first guard one side has and the other has not
+    (Y: the other side's guard of the same kind on the same source, if it has one), or None."""
+    for a, lines_a, b, lines_b in ((rank, mine, other, theirs), (other, theirs, rank, mine)):
+        only_b = [line for line in lines_b if line not in lines_a]
+        for line in lines_a:
+            if line in lines_b:
+                continue
+            head = line.split(" ")[:2]  # the guard's kind and source
+            counterpart = next((x for x in only_b if x.split(" ")[:2] == head), None)
+            if counterpart is None:
+                return f"rank {a} guards {line}, rank {b} does not"
+            return f"rank {a} guards {line}, rank {b} guards {counterpart}"
+    return None
+
+
+class RankCheck:
+    """on_region callback of a compiled distributed model: publishes each new region (where it
+    is, its guards, why it recompiled) under the next key of the process group's store, reads
+    every other rank's, and raises RankDivergence when they differ or a rank compiled nothing
+    within config.rank_check_timeout_s. Regions are compared in the order each rank made them,
+    which is the same on ranks that run the same program."""
+
+    @staticmethod
+    def events():
+        """How many compiles this process compared with the other ranks in the current group."""
+        return _StoreCursor.count
+
+    def __call__(self, info):
+        group = _group()
+        if group is None or not config.check_ranks:
+            return
+        store, rank, world = group
+        if _StoreCursor.store is not store:
+            _StoreCursor.store, _StoreCursor.count = store, 0
+        n = _StoreCursor.count
+        _StoreCursor.count += 1
+        code = info["code"]
+        event = dict(where=f"{code.co_qualname} ({code.co_filename}:{info['entry_line']})",
+                     pc=info["entry_pc"], kind=info["kind"], recompile=_comparable(info["recompile"]),
+                     guards=_comparable(info["guards"]).splitlines())
+        store.set(f"framejit/compile/{n}/{rank}", json.dumps(event))
+        others = [r for r in range(world) if r != rank]
+        keys = [f"framejit/compile/{n}/{r}" for r in others]
+        try:
+            store.wait(keys, datetime.timedelta(seconds=config.rank_check_timeout_s))
+        except Exception:  # the store's timeout error (its type differs between versions)
+            missing = [r for r, key in zip(others, keys) if not store.check([key])]
+            raise RankDivergence(
+                f"framejit: rank {rank} compiled {_describe(event)}, and rank(s) "
+                f"{', '.join(map(str, missing))} did not compile it within "
+                f"{config.rank_check_timeout_s:g} s: the ranks take different compile decisions, "
+                f"and their collectives may not match (framejit.config.check_ranks = False "
+                f"turns this check off)") from None
+        for r, key in zip(others, keys):
+            theirs = json.loads(store.get(key))
+            if theirs == event:
+                continue
+            if (theirs["where"], theirs["pc"]) != (event["where"], event["pc"]):
+                detail = f"rank {r} compiled {_describe(theirs)} at the same point"
+            else:
+                detail = (_guard_difference(rank, event["guards"], r, theirs["guards"])
+                          or f"rank {r}: {_describe(theirs)}")
+            raise RankDivergence(
+                f"framejit: ranks {rank} and {r} compiled {_describe(event)} differently: "
+                f"{detail}. Ranks that specialise differently run different code, and their "
+                f"collectives may not match (framejit.config.check_ranks = False turns this "
+                f"check off)")

@@ -8,3 +8,11 @@ recompile_limit = 8
 # and compiled piece by piece, so each bucket's all-reduce can start while the backward goes on
 # (backends other than framejit's own; see framejit/_distributed.py). Read at each compile.
 optimize_ddp = True
+
+# Under torch.distributed (a process group of 2 or more ranks): every compile of a DDP model or
+# of a model with fully_shard-ed parts is compared with the other ranks' through the group's
+# store, and raises framejit.RankDivergence naming the guard when they differ. "auto": those
+# models; True: every compiled function and module; False: no check.
+check_ranks = "auto"
+# How long a rank that compiled waits for the others to compile the same (seconds).
+rank_check_timeout_s = 30.0

@@ -10,3 +10,9 @@ class Unsupported(RuntimeError):
 
 class FramejitWarning(UserWarning):
     """framejit fell back to plain Python for something it should have handled, or hit a limit."""
+
+
+class RankDivergence(RuntimeError):
+    """Under torch.distributed: the ranks of one process group took different compile decisions
+    for a distributed model (a guard only some ranks have, a recompile on one rank only). The
+    message names the region and the guard."""

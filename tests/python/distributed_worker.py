@@ -19,6 +19,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import framejit
 import framejit.testing
+from framejit import _distributed
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from models.zoo import ZOO  # noqa: E402
 
 
 class Blocks(nn.Module):
@@ -44,6 +48,18 @@ class RankScaled(Blocks):
     def __init__(self):
         super().__init__()
         self.scale = 1.0 + dist.get_rank()
+
+    def forward(self, x):
+        return super().forward(x) * self.scale
+
+
+class RankRecompiles(Blocks):
+    """Blocks scaled by a Python number that rank 1 alone changes after step 2 (the same on every
+    rank before): rank 1's guard on it fails and it compiles again, the others do not."""
+
+    def __init__(self):
+        super().__init__()
+        self.scale = 1.0
 
     def forward(self, x):
         return super().forward(x) * self.scale
@@ -80,11 +96,12 @@ class TinyGPT(nn.Module):
 
 def scenario_setup(name):
     """(model factory, batch maker(step, rank), loss, DDP keyword arguments)."""
-    if name.startswith(("blocks", "fsdp", "rank_scaled")):
+    if name.startswith(("blocks", "fsdp", "rank_")):
         def batch(step, rank):
             g = torch.Generator().manual_seed(1000 * step + rank)
             return torch.randn(8, 256, generator=g), torch.randint(0, 10, (8,), generator=g)
-        make = RankScaled if name.startswith("rank_scaled") else Blocks
+        make = (RankScaled if name.startswith("rank_scaled") else
+                RankRecompiles if name.startswith("rank_recompiles") else Blocks)
         return make, batch, F.cross_entropy, dict(bucket_cap_mb=0.3)
 
     def batch(step, rank):
@@ -109,19 +126,38 @@ def same_models(make, n):
     return models
 
 
-def train(model, batch, loss_fn, rank, steps, after_step=None):
+def train(model, batch, loss_fn, rank, steps, after_step=None, grads=None):
+    """`steps` AdamW steps on batch(step, rank); the losses. `grads`, a list: gets the last
+    step's gradients (before the optimizer uses them)."""
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     losses = []
     for step in range(steps):
         if after_step is not None and step > 0:
             after_step()
         x, y = batch(step, rank)
-        loss = loss_fn(model(x), y)
+        torch.manual_seed(step)  # dropout draws the same masks in the runs compared
+        loss = loss_fn(model(*x) if isinstance(x, tuple) else model(x), y)
         loss.backward()
+        if grads is not None and step == steps - 1:
+            grads.extend(p.grad.clone() for p in model.parameters())
         opt.step()
         opt.zero_grad()
         losses.append(loss.item())
     return losses
+
+
+def global_batch(batch, world):
+    """batch(step, rank) of every rank, concatenated: what one process trains on to take the
+    same steps as `world` DDP ranks (DDP averages the ranks' gradients, and every rank's batch
+    has the same size)."""
+    def make(step, _rank):
+        parts = [batch(step, r) for r in range(world)]
+        return tuple(torch.cat(column) for column in zip(*parts))
+    return make
+
+
+def max_diff(xs, ys):
+    return max((a - b).abs().max().item() for a, b in zip(xs, ys))
 
 
 def aot_counting_backend(graphs):
@@ -138,23 +174,93 @@ def aot_counting_backend(graphs):
                         bw_compiler=lambda gm, example_inputs: make_boxed_func(gm.forward))
 
 
+def run_diverging(rank, name, out):
+    """rank_scaled / rank_recompiles: the ranks take different compile decisions; what each
+    rank raised (framejit.RankDivergence), and how long after the compiled run started."""
+    import time
+    make, batch, loss_fn, ddp_kwargs = scenario_setup(name)
+    framejit.config.rank_check_timeout_s = 3.0
+    model = DDP(same_models(make, 1)[0], **ddp_kwargs)
+    compiled = framejit.compile(model, backend=aot_counting_backend([]))
+
+    def after_step():
+        if name.startswith("rank_recompiles") and rank == 1 and len(steps) == 2:
+            model.module.scale = 0.5
+    steps = []
+    start = time.perf_counter()
+    try:
+        train(compiled, batch, loss_fn, rank, 5, after_step=lambda: (steps.append(1), after_step()))
+        error = None
+    except framejit.RankDivergence as e:
+        error = str(e)
+    with open(f"{out}.rank{rank}", "w") as f:
+        json.dump(dict(error=error, seconds=time.perf_counter() - start, steps=len(steps)), f)
+    # A rank that raised leaves the others inside DDP's next all-reduce: they end when the
+    # group goes (the gloo timeout of this scenario), as a real job ends on an error.
+    if error:
+        os._exit(0)
+
+
 def run_ddp(rank, name, out):
     make, batch, loss_fn, ddp_kwargs = scenario_setup(name)
     framejit.config.optimize_ddp = not name.endswith("_nosplit")
-    eager_model, compiled_model = same_models(make, 2)
+    framejit.config.check_ranks = not name.endswith("_unchecked")
+    eager_model, compiled_model, single_model = same_models(make, 3)
     eager_ddp = DDP(eager_model, **ddp_kwargs)
-    eager_losses = train(eager_ddp, batch, loss_fn, rank, 5)
+    eager_grads, compiled_grads, single_grads = [], [], []
+    eager_losses = train(eager_ddp, batch, loss_fn, rank, 5, grads=eager_grads)
     graphs = []
     ddp = DDP(compiled_model, **ddp_kwargs)
     compiled = framejit.compile(ddp, backend=aot_counting_backend(graphs))
-    compiled_losses = train(compiled, batch, loss_fn, rank, 5)
+    compiled_losses = train(compiled, batch, loss_fn, rank, 5, grads=compiled_grads)
     buckets = ddp._get_ddp_logging_data().get("num_buckets_reduced")
-    param_diff = max((a - b).abs().max().item()
-                     for a, b in zip(eager_model.parameters(), compiled_model.parameters()))
+    # The global batch's loss is the mean of the ranks' losses (every rank's batch has the same
+    # size): all-reduced here to compare with one process training on it.
+    mean_losses = torch.tensor(compiled_losses, dtype=torch.float64)
+    dist.all_reduce(mean_losses)
+    single_losses = train(single_model, global_batch(batch, dist.get_world_size()), loss_fn, 0, 5,
+                          grads=single_grads)
     if rank == 0:
         with open(out, "w") as f:
             json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=len(graphs),
-                           buckets=buckets, param_diff=param_diff), f)
+                           buckets=buckets, checked=_distributed.RankCheck.events(),
+                           param_diff=max_diff(eager_model.parameters(), compiled_model.parameters()),
+                           grad_diff=max_diff(eager_grads, compiled_grads),
+                           single_losses=single_losses,
+                           mean_losses=(mean_losses / dist.get_world_size()).tolist(),
+                           single_param_diff=max_diff(single_model.parameters(),
+                                                      compiled_model.parameters()),
+                           single_grad_diff=max_diff(single_grads, compiled_grads)), f)
+
+
+def run_zoo(rank, name, out):
+    """Every model of tests/models/zoo.py in DDP with 10 kB buckets (the larger models split),
+    eager and compiled, 5 AdamW steps each; per model: losses equal, graphs, parameter and
+    gradient differences."""
+    results = {}
+    for model_name, cls in sorted(ZOO.items()):
+        def batch(step, r, cls=cls):
+            torch.manual_seed(1000 * step + r)
+            return cls.example(4), None
+
+        def loss_fn(out, _target):
+            leaves = torch.utils._pytree.tree_leaves(out)
+            return sum(t.float().pow(2).mean() for t in leaves)
+        eager_model, compiled_model = same_models(cls, 2)
+        eager_grads, compiled_grads = [], []
+        eager_losses = train(DDP(eager_model, bucket_cap_mb=0.01), batch, loss_fn, rank, 5,
+                             grads=eager_grads)
+        graphs = []
+        compiled = framejit.compile(DDP(compiled_model, bucket_cap_mb=0.01),
+                                    backend=aot_counting_backend(graphs))
+        compiled_losses = train(compiled, batch, loss_fn, rank, 5, grads=compiled_grads)
+        results[model_name] = dict(
+            eager=eager_losses, compiled=compiled_losses, graphs=len(graphs),
+            param_diff=max_diff(eager_model.parameters(), compiled_model.parameters()),
+            grad_diff=max_diff(eager_grads, compiled_grads))
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump(results, f)
 
 
 def run_fsdp(rank, name, out):
@@ -182,7 +288,8 @@ def run_fsdp(rank, name, out):
     if rank == 0:
         with open(out, "w") as f:
             json.dump(dict(eager=eager_losses, compiled=compiled_losses, graphs=graphs(),
-                           graphs_after_step=per_step, param_diff=param_diff), f)
+                           graphs_after_step=per_step, param_diff=param_diff,
+                           checked=_distributed.RankCheck.events()), f)
 
 
 def run_bench(rank, name, out):
@@ -227,13 +334,17 @@ def rank_main(rank, world, port, name, out):
     """One rank: joins the gloo group over loopback, runs the scenario, leaves the group."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    import datetime
+    dist.init_process_group("gloo", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=20 if name.startswith("rank_") else 600))
     # One thread per rank: the ranks share this machine's cores, and a multi-threaded GEMM may
     # split its sums differently from one call to the next under load (the eager and compiled
     # runs would then differ in the last bits).
     torch.set_num_threads(1)
     try:
         target = (run_fsdp if name.startswith("fsdp") else
+                  run_diverging if name in ("rank_scaled", "rank_recompiles") else
+                  run_zoo if name == "zoo" else
                   run_bench if name.startswith("bench:") else run_ddp)
         target(rank, name, out)
     finally:

@@ -19,18 +19,33 @@ needs_gloo = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_availa
                                 reason="torch.distributed with gloo is not available")
 
 
-def run_ranks(scenario, world, tmp_path):
+def run_ranks(scenario, world, tmp_path, must_succeed=True):
     out = tmp_path / f"{scenario}-{world}.json"
     done = subprocess.run([sys.executable, "-W", "ignore", str(WORKER), scenario, str(world), str(out)],
                           capture_output=True, text=True, timeout=240)
+    if not must_succeed:
+        return [json.loads(Path(f"{out}.rank{r}").read_text())
+                if Path(f"{out}.rank{r}").exists() else None for r in range(world)]
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text())
 
 
 def assert_trains_as_eager(result):
-    """Every loss and every parameter after 5 steps bit for bit as in the eager run."""
+    """Every loss and every parameter after 5 steps bit for bit as in the eager run, and every
+    compile compared with the other ranks' (framejit.config.check_ranks)."""
     assert result["compiled"] == result["eager"]
     assert result["param_diff"] == 0.0
+    assert result["checked"] >= 1
+
+
+def assert_trains_as_one_process(result, param_tol):
+    """As one process training on the ranks' batches together: the same loss (the mean of the
+    ranks' losses) and gradients up to float summation order; parameters after 5 AdamW steps
+    within `param_tol` (AdamW divides by the root of the squared gradients, which lifts
+    differences in the last bits of tiny gradients)."""
+    assert result["mean_losses"] == pytest.approx(result["single_losses"], rel=1e-5)
+    assert result["single_grad_diff"] < 1e-5
+    assert result["single_param_diff"] < param_tol
 
 
 @needs_gloo
@@ -40,16 +55,64 @@ def assert_trains_as_eager(result):
     # first bucket, blocks 3 + 2 the second, 1 + 0 the third: 3 pieces, each compiled apart.
     ("blocks", 3),
     ("blocks_nosplit", 1),  # framejit.config.optimize_ddp = False
-    # Each rank's graphs are specialised on its own `self.scale` (1.0 on rank 0, 2.0 on rank
-    # 1): the ranks' guards and graphs differ. framejit never puts a collective into a graph
-    # (DDP's and FSDP2's run eagerly from their hooks, torch.distributed calls are not graph
-    # ops), so the ranks issue the same collectives in the same order as eager: no hang.
-    ("rank_scaled", 3),
 ])
 def test_ddp_two_ranks_train_as_eager_ddp_with_a_graph_per_bucket(tmp_path, scenario, graphs):
     result = run_ranks(scenario, 2, tmp_path)
     assert_trains_as_eager(result)
+    assert result["grad_diff"] == 0.0
     assert result["graphs"] == graphs
+    assert_trains_as_one_process(result, param_tol=1e-4)
+
+
+@needs_gloo
+def test_ranks_specialising_on_different_values_raise_naming_the_guard(tmp_path):
+    # Each rank's `self.scale` is 1.0 + rank: both ranks compile forward at once, compare their
+    # guards through the group's store, and raise before the first step's collectives.
+    rank0, rank1 = run_ranks("rank_scaled", 2, tmp_path, must_succeed=False)
+    for result, mine, theirs in ((rank0, 0, 1), (rank1, 1, 0)):
+        assert result["steps"] == 0 and result["seconds"] < 20
+        assert (f"ranks {mine} and {theirs} compiled RankScaled.forward "
+                f"({WORKER}:") in result["error"]
+        assert (f"rank {mine} guards CONSTANT_MATCH L['self'].scale == {1.0 + mine}, rank "
+                f"{theirs} guards CONSTANT_MATCH L['self'].scale == {1.0 + theirs}"
+                in result["error"])
+
+
+@needs_gloo
+def test_a_recompile_on_one_rank_only_raises_within_the_timeout(tmp_path):
+    # After 2 steps rank 1 alone changes `scale`: it recompiles, waits 3 s
+    # (config.rank_check_timeout_s) for rank 0 to compile the same, and raises naming the guard
+    # that failed. Rank 0, left in DDP's next all-reduce, ends when rank 1's process goes.
+    rank0, rank1 = run_ranks("rank_recompiles", 2, tmp_path, must_succeed=False)
+    assert rank0 is None
+    assert rank1["steps"] == 2 and 3 <= rank1["seconds"] < 20
+    assert ("rank 1 compiled RankRecompiles.forward" in rank1["error"]
+            and "recompiled because CONSTANT_MATCH L['self'].scale == 1.0 (got 0.5)" in rank1["error"]
+            and "rank(s) 0 did not compile it within 3 s" in rank1["error"])
+
+
+@needs_gloo
+def test_rank_dependent_values_train_as_eager_with_the_check_off(tmp_path):
+    # config.check_ranks = False: each rank's graphs are specialised on its own `self.scale`.
+    # framejit never puts a collective into a graph (DDP's and FSDP2's run eagerly from their
+    # hooks, torch.distributed calls are not graph ops), so the ranks issue the same
+    # collectives in the same order as eager: no hang.
+    result = run_ranks("rank_scaled_unchecked", 2, tmp_path)
+    assert result["compiled"] == result["eager"] and result["param_diff"] == 0.0
+    assert result["graphs"] == 3 and result["checked"] == 0
+
+
+@needs_gloo
+def test_ddp_zoo_models_train_as_eager_ddp(tmp_path):
+    # Every model of tests/models/zoo.py in DDP with 10 kB buckets: the GPT block and the ViT
+    # encoder have more than one bucket of parameters and are split.
+    results = run_ranks("zoo", 2, tmp_path)
+    graphs = {name: r["graphs"] for name, r in results.items()}
+    assert graphs == {"cnn": 1, "embedding_classifier": 1, "gpt_block": 4, "gru_sequence": 1,
+                      "lstm_loop": 1, "mlp": 1, "resnet_block": 1, "vit_encoder": 3}
+    for name, r in results.items():
+        assert r["compiled"] == pytest.approx(r["eager"], rel=1e-6), name
+        assert r["grad_diff"] < 1e-6 and r["param_diff"] < 1e-6, name
 
 
 @needs_gloo
@@ -62,7 +125,9 @@ def test_ddp_four_ranks_nanogpt_style_model_has_a_piece_per_bucket(tmp_path):
     # torch.compile (aot_eager, one graph) differs from eager DDP here by the same 2.2e-4.
     result = run_ranks("gpt", 4, tmp_path)
     assert result["compiled"] == pytest.approx(result["eager"], rel=1e-5)
-    assert result["param_diff"] < 1e-3
+    assert result["param_diff"] < 1e-3 and result["grad_diff"] < 1e-5
+    assert result["checked"] >= 1
+    assert_trains_as_one_process(result, param_tol=1e-3)
     assert result["graphs"] == int(result["buckets"]) == 7
 
 
