@@ -103,16 +103,28 @@ def test_rank_dependent_values_train_as_eager_with_the_check_off(tmp_path):
 
 
 @needs_gloo
-def test_ddp_zoo_models_train_as_eager_ddp(tmp_path):
+@pytest.mark.parametrize("world,param_tol", [(2, 1e-6), (4, 1e-3)])
+def test_ddp_zoo_models_train_as_eager_ddp(tmp_path, world, param_tol):
     # Every model of tests/models/zoo.py in DDP with 10 kB buckets: the GPT block and the ViT
-    # encoder have more than one bucket of parameters and are split.
-    results = run_ranks("zoo", 2, tmp_path)
+    # encoder have more than one bucket of parameters and are split. Gradients agree to the
+    # last bits; on 4 ranks gloo's ring sums a bucket in an order that follows its layout (see
+    # the nanoGPT test), and AdamW lifts that to ~1e-4 on parameters with tiny gradients.
+    results = run_ranks("zoo", world, tmp_path)
     graphs = {name: r["graphs"] for name, r in results.items()}
     assert graphs == {"cnn": 1, "embedding_classifier": 1, "gpt_block": 4, "gru_sequence": 1,
                       "lstm_loop": 1, "mlp": 1, "resnet_block": 1, "vit_encoder": 3}
     for name, r in results.items():
         assert r["compiled"] == pytest.approx(r["eager"], rel=1e-6), name
-        assert r["grad_diff"] < 1e-6 and r["param_diff"] < 1e-6, name
+        assert r["grad_diff"] < 1e-6 and r["param_diff"] < param_tol, name
+
+
+@needs_gloo
+def test_ddp_two_ranks_nanogpt_style_model_trains_as_eager_ddp(tmp_path):
+    result = run_ranks("gpt", 2, tmp_path)
+    assert_trains_as_eager(result)
+    assert result["grad_diff"] == 0.0
+    assert result["graphs"] == int(result["buckets"]) == 7
+    assert_trains_as_one_process(result, param_tol=1e-3)
 
 
 @needs_gloo
