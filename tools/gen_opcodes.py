@@ -1,6 +1,6 @@
 """Writes csrc/bytecode/opcodes_<ver>.def from the running interpreter's `opcode` module.
 
-Run once per supported Python (3.11, 3.12) after a version bump; the output is committed so the
+Run once per supported Python (3.11, 3.12, 3.13) after a version bump; the output is committed so the
 build does not depend on which Python runs CMake. Each line is one X-macro entry:
     FJ_OP(NAME, number, inline_cache_entries, jump)
 where jump is 0 (none), 1 (relative forward) or 2 (relative backward).

@@ -40,6 +40,16 @@ OpTable make_table_312() {
   return table;
 }
 
+OpTable make_table_313() {
+  OpTable table{};
+#define FJ_OP(name, number, caches, jump) \
+  table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
+#include "bytecode/opcodes_313.def"
+#undef FJ_OP
+#undef FJ_HAVE_ARGUMENT
+  return table;
+}
+
 }  // namespace
 
 const OpTable& op_table_311() {
@@ -52,8 +62,15 @@ const OpTable& op_table_312() {
   return table;
 }
 
+const OpTable& op_table_313() {
+  static const OpTable table = make_table_313();
+  return table;
+}
+
 const OpTable& native_op_table() {
-#if PY_VERSION_HEX >= 0x030C0000
+#if PY_VERSION_HEX >= 0x030D0000
+  return op_table_313();
+#elif PY_VERSION_HEX >= 0x030C0000
   return op_table_312();
 #else
   return op_table_311();

@@ -33,5 +33,6 @@ const OpTable& native_op_table();
 // Tables for each supported version, so tests can decode bytes of either.
 const OpTable& op_table_311();
 const OpTable& op_table_312();
+const OpTable& op_table_313();
 
 }  // namespace framejit

@@ -8,23 +8,59 @@
 
 namespace framejit::pyver {
 
+// 3.12 and later (3.13 included).
 #if PY_VERSION_HEX >= 0x030C0000
 constexpr bool kIs312 = true;
 #else
 constexpr bool kIs312 = false;
 #endif
+// 3.13 and later.
+#if PY_VERSION_HEX >= 0x030D0000
+constexpr bool kIs313 = true;
+#else
+constexpr bool kIs313 = false;
+#endif
 
-// COMPARE_OP: 3.12 keeps the comparison in the high bits.
-inline int compare_op(int arg) { return kIs312 ? (arg >> 4) : arg; }
-// LOAD_GLOBAL: the name index, and whether a NULL is pushed before the value.
+// COMPARE_OP: 3.12 keeps the comparison in the high bits; 3.13 moves it one bit further up
+// and uses bit 4 for "convert the result to bool" (set where a conditional jump follows).
+inline int compare_op(int arg) { return kIs313 ? (arg >> 5) : kIs312 ? (arg >> 4) : arg; }
+inline bool compare_to_bool(int arg) { return kIs313 && (arg & 16) != 0; }
+// LOAD_GLOBAL: the name index, and whether a NULL is pushed with the value.
 inline int load_global_name(int arg) { return arg >> 1; }
 inline bool load_global_pushes_null(int arg) { return (arg & 1) != 0; }
 // LOAD_ATTR: 3.12 folds LOAD_METHOD into LOAD_ATTR with the low bit set.
 inline int load_attr_name(int arg) { return kIs312 ? (arg >> 1) : arg; }
 inline bool load_attr_is_method(int arg) { return kIs312 && (arg & 1) != 0; }
 
-// FOR_ITER on an exhausted iterator pops it and jumps; 3.12 also skips the END_FOR at target.
-inline int for_iter_exhausted_pc(int target) { return kIs312 ? target + 1 : target; }
+// The two stack entries under a call's arguments. 3.11 and 3.12: [NULL, callable] or
+// [method, self]; 3.13: [callable, NULL] or [method, self], so the NULL that LOAD_GLOBAL,
+// LOAD_ATTR and PUSH_NULL add goes above the callable. The tracer keeps CPython's layout (a
+// region's exit hands its stack to CPython), and these say where.
+constexpr bool kNullAboveCallable = kIs313;
+
+// FOR_ITER on an exhausted iterator pops it and jumps; 3.12 also skips the END_FOR at target,
+// 3.13 the END_FOR and the POP_TOP after it.
+inline int for_iter_exhausted_pc(int target) {
+  return kIs313 ? target + 2 : kIs312 ? target + 1 : target;
+}
+
+// Whether a class's attribute version tag is valid: 3.11 and 3.12 flag it
+// (Py_TPFLAGS_VALID_VERSION_TAG); 3.13 no longer sets the flag, and a valid tag is a nonzero one.
+inline bool type_version_valid(PyTypeObject* type) {
+  if constexpr (kIs313) return type->tp_version_tag != 0;
+  return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG);
+}
+
+// Gives a class a version tag if it can have one. 3.13 has an API for it; before, a lookup
+// of any name through the method cache assigns one (`probe`: an interned str).
+inline void assign_type_version(PyTypeObject* type, PyObject* probe) {
+#if PY_VERSION_HEX >= 0x030D0000
+  (void)probe;
+  PyUnstable_Type_AssignVersionTag(type);
+#else
+  _PyType_Lookup(type, probe);  // Borrowed result, unused
+#endif
+}
 
 // A dict's version tag (3.11, 3.12): a fresh value from a global counter whenever a dict is
 // created or changed, so (address, tag) names one unchanged dict. 3.12 deprecates the field

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "bytecode/version.h"
 #include "common/check.h"
 
 namespace framejit {
@@ -160,7 +161,7 @@ void GuardSet::add_type_version(int slot, PyTypeObject* type, PyObject* name, bo
   py::tuple expected = py::make_tuple(py::handle(reinterpret_cast<PyObject*>(type)), py::handle(name),
                                       py::bool_(present), py::handle(found ? found : Py_None));
   Guard guard{GuardKind::kTypeVersion, slot, expected};
-  guard.n = type->tp_version_tag;
+  guard.n = pyver::type_version_valid(type) ? type->tp_version_tag : 0;  // 0: by lookup
   push(guard);
   sorted_ = false;
 }
@@ -234,8 +235,7 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
     case GuardKind::kTypeVersion: {
       if (value != PyTuple_GET_ITEM(expected, 0)) return false;
       auto* type = reinterpret_cast<PyTypeObject*>(value);
-      if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) &&
-          type->tp_version_tag == static_cast<uint64_t>(guard.n)) {
+      if (pyver::type_version_valid(type) && type->tp_version_tag == static_cast<uint64_t>(guard.n)) {
         return true;
       }
       // Changed since (or patched and restored): look the name up again. The lookup also
@@ -245,7 +245,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       // The very object the trace bound (a method replaced on the class is another one).
       PyObject* want = PyTuple_GET_ITEM(expected, 3);
       if (want != Py_None && found != want) return false;
-      if (PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) guard.n = type->tp_version_tag;
+      if (!pyver::type_version_valid(type)) pyver::assign_type_version(type, PyTuple_GET_ITEM(expected, 1));
+      if (pyver::type_version_valid(type)) guard.n = type->tp_version_tag;
       return true;
     }
     case GuardKind::kDictKeys: {

@@ -40,6 +40,7 @@ struct RegionExit {
   Op op = Op::kUnknown;
   int nargs = 0;       // kCall: positional arguments on the stack (CALL n)
   py::object kwnames;  // kCall: keyword names (a tuple) or None
+  bool kwnames_on_stack = false;  // kCall: 3.13's CALL_KW, the names one stack entry above the args
   std::vector<std::pair<int, Rebuild>> locals;  // locals written back (kNull: deleted)
   std::vector<Rebuild> stack;                   // the whole value stack at the exit
   Rebuild result;                               // kReturn

@@ -20,6 +20,15 @@ static inline _PyInterpreterFrame* as_frame(FjFrame* frame) {
   return (_PyInterpreterFrame*)frame;
 }
 
+/* 3.13 keeps the code object as f_executable (a code object for every frame the hook sees). */
+static inline PyCodeObject* code_of(_PyInterpreterFrame* f) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return (PyCodeObject*)f->f_executable;
+#else
+  return f->f_code;
+#endif
+}
+
 static PyObject* fj_eval_frame(PyThreadState* tstate, _PyInterpreterFrame* frame, int throwflag) {
   return fj_on_frame(tstate, (FjFrame*)frame, throwflag);
 }
@@ -80,7 +89,7 @@ long fj_testing_probe(int action) {
   return g_probe_frames;
 }
 
-PyCodeObject* fj_frame_code(FjFrame* frame) { return as_frame(frame)->f_code; }
+PyCodeObject* fj_frame_code(FjFrame* frame) { return code_of(as_frame(frame)); }
 
 PyObject** fj_frame_localsplus(FjFrame* frame) { return as_frame(frame)->localsplus; }
 
@@ -98,7 +107,7 @@ PyObject* fj_frame_function(FjFrame* frame) {
 
 int fj_frame_has_locals_dict(FjFrame* frame) { return as_frame(frame)->f_locals != NULL; }
 
-int fj_frame_nlocalsplus(FjFrame* frame) { return as_frame(frame)->f_code->co_nlocalsplus; }
+int fj_frame_nlocalsplus(FjFrame* frame) { return code_of(as_frame(frame))->co_nlocalsplus; }
 
 int fj_code_nlocalsplus(PyCodeObject* code) { return code->co_nlocalsplus; }
 
@@ -127,18 +136,35 @@ int fj_code_set_extra(PyCodeObject* code, Py_ssize_t index, void* extra) {
 #endif
 }
 
-/* The instruction-pointer convention differs by version; 3.11 and 3.12 keep prev_instr, the code
- * unit before the next instruction to run (3.13 renames it instr_ptr and points at the next). */
+/* The instruction-pointer convention differs by version. 3.11 and 3.12 keep prev_instr, the
+ * code unit before the next instruction to run; 3.13 keeps instr_ptr, the instruction running or
+ * about to run. */
 static void set_next_instruction(_PyInterpreterFrame* f, int pc, int raising) {
+#if PY_VERSION_HEX >= 0x030D0000
+  /* Resuming: CPython runs instr_ptr next. Raising: the error path looks the handler up at
+   * instr_ptr - 1 (where a running instruction's own code units end), so instr_ptr is one unit
+   * into the instruction that raised. */
+  f->instr_ptr = _PyCode_CODE(code_of(f)) + pc + (raising ? 1 : 0);
+#else
   /* Resuming: CPython runs prev_instr + 1 next. Raising: the error path reads the offset of the
    * instruction that raised from prev_instr itself. */
-  f->prev_instr = _PyCode_CODE(f->f_code) + pc - (raising ? 0 : 1);
+  f->prev_instr = _PyCode_CODE(code_of(f)) + pc - (raising ? 0 : 1);
+#endif
+}
+
+/* The instruction being performed, as CPython shows it while inside it (tracebacks, f_lineno). */
+static void set_current_instruction(_PyInterpreterFrame* f, int pc) {
+#if PY_VERSION_HEX >= 0x030D0000
+  f->instr_ptr = _PyCode_CODE(code_of(f)) + pc;
+#else
+  f->prev_instr = _PyCode_CODE(code_of(f)) + pc;
+#endif
 }
 
 PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObject** stack,
                           int n, int throwflag) {
   _PyInterpreterFrame* f = as_frame(frame);
-  const int base = f->f_code->co_nlocalsplus;
+  const int base = code_of(f)->co_nlocalsplus;
   for (int i = 0; i < n; ++i) {
     f->localsplus[base + i] = stack[i]; /* stolen */
   }
@@ -150,7 +176,7 @@ PyObject* fj_frame_resume(PyThreadState* tstate, FjFrame* frame, int pc, PyObjec
 PyObject* fj_frame_return(PyThreadState* tstate, FjFrame* frame, int pc, PyObject* value,
                           int returns_top) {
 #if PY_VERSION_HEX >= 0x030C0000
-  /* 3.12 moved the clearing and popping of a frame from the caller (_PyEval_Vector) into the
+  /* 3.12 (and 3.13) moved the clearing and popping of a frame from the caller (_PyEval_Vector) into the
    * evaluator: a frame the hook answers without running must still be cleared (its locals
    * released, a frame object that outlives it given its own copy) and popped off the thread's
    * data stack. CPython does exactly that when it performs the return instruction, so the frame
@@ -169,7 +195,11 @@ PyObject* fj_frame_return(PyThreadState* tstate, FjFrame* frame, int pc, PyObjec
 }
 
 static _PyInterpreterFrame** current_frame_slot(PyThreadState* tstate) {
+#if PY_VERSION_HEX >= 0x030D0000
+  return &tstate->current_frame; /* 3.13 has no cframe */
+#else
   return &tstate->cframe->current_frame;
+#endif
 }
 
 void fj_frame_link(PyThreadState* tstate, FjFrame* frame, int pc) {
@@ -177,8 +207,7 @@ void fj_frame_link(PyThreadState* tstate, FjFrame* frame, int pc) {
   _PyInterpreterFrame** current = current_frame_slot(tstate);
   f->previous = *current;
   *current = f;
-  /* The instruction being performed, as CPython would show it while inside it. */
-  f->prev_instr = _PyCode_CODE(f->f_code) + pc;
+  set_current_instruction(f, pc);
 }
 
 void fj_frame_unlink(PyThreadState* tstate, FjFrame* frame) {

@@ -786,21 +786,24 @@ bool perform_call(FrameRun& run, const RegionExit& exit) {
   fj_frame_link(run.tstate, run.frame, exit.op_pc);
   size_t consumed;
   if (exit.nargs >= 0) {
-    // [NULL | method, callable | self, args...]
+    // [NULL | method, callable | self, args...]; 3.13: [callable | method, NULL | self, args...]
+    // (and CALL_KW's names above the arguments)
     const size_t n = static_cast<size_t>(exit.nargs);
-    PyObject** base = run.stack.data() + run.stack.size() - n - 2;
-    const bool method = base[0] != nullptr;
-    PyObject* callable = method ? base[0] : base[1];
+    const size_t above = exit.kwnames_on_stack ? 1 : 0;
+    PyObject** base = run.stack.data() + run.stack.size() - n - 2 - above;
+    const bool method = pyver::kNullAboveCallable ? base[1] != nullptr : base[0] != nullptr;
+    PyObject* callable = method || pyver::kNullAboveCallable ? base[0] : base[1];
     PyObject** args = method ? base + 1 : base + 2;
     const size_t total = method ? n + 1 : n;
     PyObject* kwnames = exit.kwnames.is_none() ? nullptr : exit.kwnames.ptr();
     const size_t positional = total - (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
     result = PyObject_Vectorcall(callable, args, positional, kwnames);  // New
-    consumed = n + 2;
+    consumed = n + 2 + above;
   } else {
-    // CALL_FUNCTION_EX: [NULL, callable, args, (kwargs)]
+    // CALL_FUNCTION_EX: [NULL, callable, args, (kwargs)]; 3.13: [callable, NULL, ...]
     const bool has_kwargs = exit.nargs == -2;
     PyObject** base = run.stack.data() + run.stack.size() - (has_kwargs ? 4 : 3);
+    PyObject* callable = base[pyver::kNullAboveCallable ? 0 : 1];
     PyObject* args = PySequence_Tuple(base[2]);  // New
     PyObject* kwargs = nullptr;
     if (args != nullptr && has_kwargs && base[3] != nullptr) {
@@ -808,7 +811,7 @@ bool perform_call(FrameRun& run, const RegionExit& exit) {
       if (kwargs != nullptr && PyDict_Update(kwargs, base[3]) < 0) Py_CLEAR(kwargs);
     }
     if (args != nullptr && (!has_kwargs || kwargs != nullptr || base[3] == nullptr)) {
-      result = PyObject_Call(base[1], args, kwargs);  // New
+      result = PyObject_Call(callable, args, kwargs);  // New
     }
     Py_XDECREF(args);
     Py_XDECREF(kwargs);

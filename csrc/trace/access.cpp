@@ -1,6 +1,7 @@
 // Attribute loads, subscripts and item stores on abstract values.
 #include <fmt/format.h>
 
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/pyrefs.h"
 #include "trace/tracer.h"
@@ -417,11 +418,10 @@ bool has_instance_dict(PyObject* obj) { return Py_TYPE(obj)->tp_dictoffset != 0;
 // when CPython's tags ran out). CPython resets the tag whenever an attribute of the class or
 // of a base is set or deleted (PyType_Modified).
 unsigned int type_version(PyTypeObject* type) {
-  if (!PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG)) {
-    // Borrowed result, unused: the lookup assigns the tag.
-    _PyType_Lookup(type, PyRefs::get().version_probe.ptr());
+  if (!pyver::type_version_valid(type)) {
+    pyver::assign_type_version(type, PyRefs::get().version_probe.ptr());
   }
-  return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG) ? type->tp_version_tag : 0;
+  return pyver::type_version_valid(type) ? type->tp_version_tag : 0;
 }
 
 // A guard that the instance dict `store` of `base` (its "__dict__", or an nn.Module's
@@ -441,11 +441,14 @@ void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name
                                    bool same_object) {
   // A class read by source: the class itself; an instance: its __class__.
   ValuePtr cls = PyType_Check(base->obj.ptr()) ? base : entry_.load(entry_.sources().attr(base->source, "__class__"));
-  if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr()) ||
-      type_version(reinterpret_cast<PyTypeObject*>(cls->obj.ptr())) == 0) {
+  if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr())) {
     FJ_UNSUPPORTED(kUnsupportedValue, "the attributes of {}'s class cannot be guarded", base->describe());
   }
   auto* type = reinterpret_cast<PyTypeObject*>(cls->obj.ptr());
+  // A class without a version tag (3.13 gives a class at most 1000: FX's tracer patching
+  // nn.Module.__call__ on every trace spends them for every module class) is guarded by
+  // looking the name up on every check instead.
+  type_version(type);
   if (same_object) {
     entry_.guard_class_attribute_is(cls->source, type, py::str(name).ptr());
     if (cls != base && base->source >= 0 && Py_TYPE(base->obj.ptr())->tp_dictoffset != 0) {

@@ -207,7 +207,14 @@ bool compares_as_builtin_value(const ValuePtr& v) {
          (PyFloat_Check(obj) && cmp == PyFloat_Type.tp_richcompare);
 }
 
+void op_compare_value(Tracer& t, const Instr& i);
+
 void op_compare(Tracer& t, const Instr& i) {
+  op_compare_value(t, i);
+  if (pyver::compare_to_bool(i.arg)) t.push(t.as_bool_for_jump(t.pop(), i));
+}
+
+void op_compare_value(Tracer& t, const Instr& i) {
   const int index = pyver::compare_op(i.arg);
   FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
   ValuePtr rhs = t.pop();

@@ -53,9 +53,15 @@ void push_method(Tracer& t, const std::string& name) {
   ValuePtr attribute = t.attr(self, name, Tracer::AttrLookup::kInlinable);
   if (attribute->is(ObjRole::kProperty) || attribute->is(ObjRole::kAttrHook)) {
     // A property's value, or a read through the class's own __getattribute__, called next: the
-    // getter is inlined and its result lands above the NULL (CPython's [NULL, attribute]).
-    t.push(Value::null());
-    if (ValuePtr value = t.finish_read(attribute)) t.push(std::move(value));
+    // getter is inlined and its result lands above the NULL (CPython's [NULL, attribute]), or
+    // under it on 3.13 ([attribute, NULL]).
+    if (!pyver::kNullAboveCallable) t.push(Value::null());
+    if (ValuePtr value = t.finish_read(attribute)) {
+      t.push(std::move(value));
+      if (pyver::kNullAboveCallable) t.push(Value::null());
+    } else if (pyver::kNullAboveCallable) {
+      t.frame().null_above_result = true;  // the getter's frame, inlined: pushed on its return
+    }
     return;
   }
 
@@ -66,8 +72,9 @@ void push_method(Tracer& t, const std::string& name) {
     t.push(attribute->bound_self);
     return;
   }
-  t.push(Value::null());
+  if (!pyver::kNullAboveCallable) t.push(Value::null());
   t.push(attribute);
+  if (pyver::kNullAboveCallable) t.push(Value::null());
 }
 
 void op_load_attr(Tracer& t, const Instr& i) {

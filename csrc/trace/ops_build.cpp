@@ -213,20 +213,42 @@ void op_unpack_sequence(Tracer& t, const Instr& i) {
   for (auto it = items.rbegin(); it != items.rend(); ++it) t.push(*it);
 }
 
-void op_format_value(Tracer& t, const Instr& i) {
-  ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
-  ValuePtr value = t.sizes().concretize(t.pop());
+// An f-string's field, known at trace time: `conversion` 0 none, 1 !s, 2 !r, 3 !a.
+ValuePtr format_field(Tracer& t, ValuePtr value, int conversion, const ValuePtr& spec) {
+  value = t.sizes().concretize(value);
   if (!value->is_constant_tree() || (spec && !spec->is_const())) {
     FJ_UNSUPPORTED(kUnsupportedValue, "f-string of {}", value->describe());
   }
   py::object v = value->as_python();
-  const int conversion = i.arg & 0x03;
   if (conversion == 1) v = py::str(v);
   if (conversion == 2) v = py::repr(v);
   if (conversion == 3) v = py::module_::import("builtins").attr("ascii")(v);
-  py::object formatted = py::module_::import("builtins").attr("format")(
-      v, spec ? spec->obj : py::str(""));
-  t.push(Value::constant(formatted));
+  return Value::constant(py::module_::import("builtins").attr("format")(
+      v, spec ? spec->obj : py::str("")));
+}
+
+// 3.11 and 3.12: one instruction per field (conversion in the low bits, bit 2: a spec below).
+void op_format_value(Tracer& t, const Instr& i) {
+  ValuePtr spec = (i.arg & 0x04) ? t.pop() : nullptr;
+  ValuePtr value = t.pop();
+  t.push(format_field(t, std::move(value), i.arg & 0x03, spec));
+}
+
+// 3.13 splits it: CONVERT_VALUE (!s / !r / !a), then FORMAT_SIMPLE or FORMAT_WITH_SPEC.
+void op_convert_value(Tracer& t, const Instr& i) {
+  ValuePtr value = t.pop();
+  t.push(format_field(t, std::move(value), i.arg, nullptr));  // a str: format(s, "") is s
+}
+
+void op_format_simple(Tracer& t, const Instr&) {
+  ValuePtr value = t.pop();
+  t.push(format_field(t, std::move(value), 0, nullptr));
+}
+
+void op_format_with_spec(Tracer& t, const Instr&) {
+  ValuePtr spec = t.pop();
+  ValuePtr value = t.pop();
+  t.push(format_field(t, std::move(value), 0, spec));
 }
 
 void op_build_string(Tracer& t, const Instr& i) {
@@ -260,6 +282,9 @@ void register_build_ops(HandlerTable& table) {
   set(Op::UNPACK_SEQUENCE, op_unpack_sequence);
   set(Op::UNPACK_EX, op_unpack_ex);
   set(Op::FORMAT_VALUE, op_format_value);
+  set(Op::CONVERT_VALUE, op_convert_value);
+  set(Op::FORMAT_SIMPLE, op_format_simple);
+  set(Op::FORMAT_WITH_SPEC, op_format_with_spec);
   set(Op::BUILD_STRING, op_build_string);
 }
 

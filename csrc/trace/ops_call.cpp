@@ -1,4 +1,6 @@
-// Opcode handlers: calls (3.11's PRECALL/CALL pair and 3.12's CALL), keyword names, f(*a, **k).
+// Opcode handlers: calls (3.11's PRECALL/CALL pair, 3.12's CALL, 3.13's CALL / CALL_KW),
+// keyword names, f(*a, **k), functions made at run time.
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/tracer.h"
 
@@ -10,9 +12,13 @@ void op_precall(Tracer&, const Instr&) {}
 
 void op_kw_names(Tracer& t, const Instr& i) { t.kw_names() = t.co_const(i.arg); }
 
-ValuePtr call_with(Tracer& t, const ValuePtr& callable_or_null, const ValuePtr& callable_or_self,
+ValuePtr call_with(Tracer& t, ValuePtr callable_or_null, ValuePtr callable_or_self,
                    std::vector<ValuePtr> args, py::object kw_names) {
-  // Stack layout before CALL n: [NULL | method, callable | self, arg1 .. argn].
+  // Stack layout before CALL n: [NULL | method, callable | self, arg1 .. argn]; 3.13 has
+  // [callable | method, NULL | self, ...], put in 3.12's order here.
+  if (pyver::kNullAboveCallable && callable_or_self->kind == VKind::kNull) {
+    std::swap(callable_or_null, callable_or_self);
+  }
   ValuePtr fn = callable_or_self;
   if (callable_or_null->kind != VKind::kNull) {
     fn = callable_or_null;
@@ -41,12 +47,25 @@ void op_call(Tracer& t, const Instr& i) {
   if (result) t.push(result);  // null: the callee was inlined and pushes its result on return
 }
 
-// f(*args, **kwargs): [NULL, callable, args tuple, (kwargs dict if arg & 1)].
+// 3.13: CALL with the keyword names as a constant tuple on the stack, above the arguments.
+void op_call_kw(Tracer& t, const Instr& i) {
+  ValuePtr names = t.pop();
+  FJ_CHECK(names->is_const() && PyTuple_CheckExact(names->obj.ptr()), "CALL_KW without names");
+  std::vector<ValuePtr> args = t.pop_n(static_cast<size_t>(i.arg));
+  ValuePtr callable_or_self = t.pop();
+  ValuePtr callable_or_null = t.pop();
+  ValuePtr result = call_with(t, callable_or_null, callable_or_self, std::move(args), names->obj);
+  if (result) t.push(result);
+}
+
+// f(*args, **kwargs): [NULL, callable, args tuple, (kwargs dict if arg & 1)]; 3.13 has the
+// NULL above the callable.
 void op_call_function_ex(Tracer& t, const Instr& i) {
   ValuePtr kwargs_value = (i.arg & 1) ? t.pop() : nullptr;
   ValuePtr args_value = t.pop();
   ValuePtr fn = t.pop();
   ValuePtr null = t.pop();
+  if (pyver::kNullAboveCallable) std::swap(fn, null);
   std::vector<ValuePtr> args;
   if (args_value->is_sequence()) {
     args = args_value->items;
@@ -82,31 +101,48 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
   if (result) t.push(result);
 }
 
-// MAKE_FUNCTION (3.11 and 3.12): [defaults?, kwdefaults?, annotations?, closure?, code].
+// A function made in the trace: items {defaults, kwdefaults, closure}, each NULL when not given.
+constexpr int kDefaults = 0x01, kKwDefaults = 0x02, kAnnotations = 0x04, kClosure = 0x08;
+
+void set_function_attribute(ValuePtr& fn, int flag, ValuePtr value) {
+  if (flag == kAnnotations) return;  // not needed to run the function
+  if (flag == kDefaults && value->kind == VKind::kConst && PyTuple_Check(value->obj.ptr())) {
+    std::vector<ValuePtr> items;
+    for (py::handle item : value->obj) {
+      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+    }
+    value = Value::tuple(std::move(items));
+  }
+  const bool traced = (flag == kDefaults && value->kind == VKind::kTuple) ||
+                      (flag == kKwDefaults && value->kind == VKind::kDict) ||
+                      (flag == kClosure && value->kind == VKind::kTuple);
+  if (!traced) FJ_UNSUPPORTED(kUnsupportedValue, "MAKE_FUNCTION with defaults or closure not traced");
+  fn->items[flag == kDefaults ? 0 : flag == kKwDefaults ? 1 : 2] = std::move(value);
+}
+
+// MAKE_FUNCTION: 3.11 and 3.12 [defaults?, kwdefaults?, annotations?, closure?, code] as the
+// argument's flags say; 3.13 [code], each attribute then set by SET_FUNCTION_ATTRIBUTE.
 void op_make_function(Tracer& t, const Instr& i) {
   ValuePtr code = t.pop();
   FJ_CHECK(code->is_const() && PyCode_Check(code->obj.ptr()), "MAKE_FUNCTION without code");
-  ValuePtr closure = (i.arg & 0x08) ? t.pop() : Value::null();
-  if (i.arg & 0x04) t.pop();  // annotations: not needed to run the function
-  ValuePtr kwdefaults = (i.arg & 0x02) ? t.pop() : Value::null();
-  ValuePtr defaults = (i.arg & 0x01) ? t.pop() : Value::null();
-  if (defaults->kind == VKind::kConst && PyTuple_Check(defaults->obj.ptr())) {
-    std::vector<ValuePtr> items;
-    for (py::handle item : defaults->obj) {
-      items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
-    }
-    defaults = Value::tuple(std::move(items));
-  }
-  if ((defaults->kind != VKind::kNull && defaults->kind != VKind::kTuple) ||
-      (kwdefaults->kind != VKind::kNull && kwdefaults->kind != VKind::kDict) ||
-      (closure->kind != VKind::kNull && closure->kind != VKind::kTuple)) {
-    FJ_UNSUPPORTED(kUnsupportedValue, "MAKE_FUNCTION with defaults or closure not traced");
-  }
   ValuePtr fn = Value::object(code->obj);
   fn->role = ObjRole::kMadeFunction;
-  fn->items = {defaults, kwdefaults, closure};
+  fn->items = {Value::null(), Value::null(), Value::null()};
   fn->globals = t.frame_globals();
+  for (int flag : {kClosure, kAnnotations, kKwDefaults, kDefaults}) {  // the stack's order, top first
+    if (i.arg & flag) set_function_attribute(fn, flag, t.pop());
+  }
   t.push(fn);
+}
+
+// 3.13: [value, function] -> [function] with one attribute (the argument's flag) set.
+void op_set_function_attribute(Tracer& t, const Instr& i) {
+  ValuePtr fn = t.pop();
+  ValuePtr value = t.pop();
+  FJ_CHECK(fn->is(ObjRole::kMadeFunction), "SET_FUNCTION_ATTRIBUTE on {}", fn->describe());
+  ValuePtr copy = std::make_shared<Value>(*fn);  // values are shared: change a copy
+  set_function_attribute(copy, i.arg, std::move(value));
+  t.push(copy);
 }
 
 }  // namespace
@@ -116,6 +152,8 @@ void register_call_ops(HandlerTable& table) {
   set(Op::PRECALL, op_precall);
   set(Op::KW_NAMES, op_kw_names);
   set(Op::CALL, op_call);
+  set(Op::CALL_KW, op_call_kw);
+  set(Op::SET_FUNCTION_ATTRIBUTE, op_set_function_attribute);
   set(Op::CALL_FUNCTION_EX, op_call_function_ex);
   set(Op::MAKE_FUNCTION, op_make_function);
 }

@@ -11,6 +11,11 @@ namespace {
 
 void op_jump(Tracer& t, const Instr& i) { t.jump(i.target); }
 
+// 3.13's TO_BOOL before a conditional jump: [value] -> [bool(value)].
+void op_to_bool(Tracer& t, const Instr& i) {
+  t.push(t.as_bool_for_jump(t.pop(), i));
+}
+
 template <bool kJumpIf>
 void op_pop_jump_if(Tracer& t, const Instr& i) {
   ValuePtr cond = t.pop();
@@ -122,6 +127,7 @@ void op_before_with(Tracer& t, const Instr&) { enter_with(t, t.pop()); }
 void register_control_ops(HandlerTable& table) {
   auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };
   set(Op::JUMP_FORWARD, op_jump);
+  set(Op::TO_BOOL, op_to_bool);
   set(Op::JUMP_BACKWARD, op_jump);
   set(Op::JUMP_BACKWARD_NO_INTERRUPT, op_jump);
   set(Op::POP_JUMP_FORWARD_IF_TRUE, op_pop_jump_if<true>);

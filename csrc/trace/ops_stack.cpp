@@ -33,8 +33,27 @@ void op_load_fast_and_clear(Tracer& t, const Instr& i) {
 void op_load_const(Tracer& t, const Instr& i) { t.push(Value::constant(t.co_const(i.arg))); }
 
 void op_load_global(Tracer& t, const Instr& i) {
-  if (pyver::load_global_pushes_null(i.arg)) t.push(Value::null());
+  const bool null = pyver::load_global_pushes_null(i.arg);
+  if (null && !pyver::kNullAboveCallable) t.push(Value::null());
   t.push(t.global(t.co_name(pyver::load_global_name(i.arg))));
+  if (null && pyver::kNullAboveCallable) t.push(Value::null());
+}
+
+// 3.13's pairs of local accesses in one instruction: the first local in the high 4 bits of the
+// argument, the second in the low 4.
+void op_load_fast_load_fast(Tracer& t, const Instr& i) {
+  t.push(t.local(i.arg >> 4));
+  t.push(t.local(i.arg & 15));
+}
+
+void op_store_fast_load_fast(Tracer& t, const Instr& i) {
+  t.set_local(i.arg >> 4, t.pop());
+  t.push(t.local(i.arg & 15));
+}
+
+void op_store_fast_store_fast(Tracer& t, const Instr& i) {
+  t.set_local(i.arg >> 4, t.pop());
+  t.set_local(i.arg & 15, t.pop());
 }
 
 void op_return_value(Tracer& t, const Instr&) { t.finish(t.pop()); }
@@ -122,6 +141,9 @@ void register_stack_ops(HandlerTable& table) {
   set(Op::COPY, op_copy);
   set(Op::SWAP, op_swap);
   set(Op::LOAD_FAST, op_load_fast);
+  set(Op::LOAD_FAST_LOAD_FAST, op_load_fast_load_fast);
+  set(Op::STORE_FAST_LOAD_FAST, op_store_fast_load_fast);
+  set(Op::STORE_FAST_STORE_FAST, op_store_fast_store_fast);
   set(Op::LOAD_FAST_CHECK, op_load_fast);
   set(Op::STORE_FAST, op_store_fast);
   set(Op::DELETE_FAST, op_delete_fast);

@@ -185,10 +185,16 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
     kind = ExitKind::kBranch;
     exit_.next_pc = frame().bytecode->landing(ins.next);
     exit_.target_pc = frame().bytecode->landing(ins.target);
-  } else if (ins.op == Op::CALL || ins.op == Op::CALL_FUNCTION_EX) {
+  } else if (ins.op == Op::CALL || ins.op == Op::CALL_KW || ins.op == Op::CALL_FUNCTION_EX) {
     kind = ExitKind::kCall;
-    exit_.nargs = ins.op == Op::CALL ? ins.arg : -1 - (ins.arg & 1);
+    exit_.nargs = ins.op == Op::CALL_FUNCTION_EX ? -1 - (ins.arg & 1) : ins.arg;
     exit_.kwnames = frame().kw_names ? frame().kw_names : py::none();
+    if (ins.op == Op::CALL_KW) {  // 3.13: the names are on the stack, above the arguments
+      const ValuePtr& names = frame().stack.back();
+      FJ_CHECK(names->is_const(), "CALL_KW without constant names");
+      exit_.kwnames = names->obj;
+      exit_.kwnames_on_stack = true;
+    }
   } else if (ins.op == Op::GET_ITER || ins.op == Op::FOR_ITER) {
     kind = ExitKind::kIter;
   } else if (ins.op == Op::BEFORE_WITH) {
@@ -385,6 +391,18 @@ bool Tracer::truthy(const ValuePtr& value) {
   throw InternalError("truth value of NULL");
 }
 
+ValuePtr Tracer::as_bool_for_jump(ValuePtr value, const Instr& i) {
+  try {
+    return Value::constant(py::bool_(truthy(value)));
+  } catch (Unsupported& e) {
+    if (e.kind() != BreakKind::kDataDependent) throw;
+    const int index = frame().bytecode->index_at(i.next);
+    const Op next = index >= 0 ? frame().bytecode->instrs()[index].op : Op::kUnknown;
+    if (next == Op::POP_JUMP_IF_TRUE || next == Op::POP_JUMP_IF_FALSE) return value;
+    throw;
+  }
+}
+
 void Tracer::finish(const ValuePtr& value) {
   if (inlined()) {
     if (frame().result_truth == 3) {
@@ -410,8 +428,10 @@ void Tracer::finish(const ValuePtr& value) {
                       : frame().constructed ? frame().constructed
                       : frame().on_found    ? frame().on_found
                                             : value;
+    const bool null_above = frame().null_above_result;
     frames_.pop_back();
     push(result);
+    if (null_above) push(Value::null());
     return;
   }
   RegionExit& exit_ = exits_.exit();

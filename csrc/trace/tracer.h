@@ -71,6 +71,9 @@ struct TraceFrame {
   int result_truth = 0;
   // A __setattr__ / __setitem__ inlined for STORE_ATTR / STORE_SUBSCR: its result is dropped.
   bool discard_result = false;
+  // A property getter inlined for LOAD_ATTR's method form on 3.13: its result goes under the
+  // NULL that CALL expects above a callable (pyver::kNullAboveCallable).
+  bool null_above_result = false;
 };
 
 class Tracer {
@@ -135,6 +138,12 @@ class Tracer {
   // Python truthiness of a value known at trace time; throws Unsupported (kDataDependent) for
   // tensors and other values only the run time knows.
   bool truthy(const ValuePtr& value);
+  // 3.13's conversions to bool before a conditional jump (TO_BOOL, COMPARE_OP's bool bit): the
+  // value's truth as a constant where the trace knows it. A truth that depends on a tensor's
+  // value leaves the value as it is when a conditional jump follows `i` (that jump ends the
+  // region as a branch, whose truth the runtime takes); anywhere else the region ends at `i`,
+  // so CPython converts the real value (3.13's jumps and UNARY_NOT accept only a bool).
+  ValuePtr as_bool_for_jump(ValuePtr value, const Instr& i);
 
   // ---- Python semantics over values (access.cpp, calls.cpp, inline.cpp, objects.cpp,
   // containers.cpp, torch_calls.cpp) ----
