@@ -20,35 +20,32 @@ const char* op_name(Op op) {
 
 namespace {
 
-OpTable make_table_311() {
-  OpTable table{};
+// Each version's table: the FJ_OP lines of its .def file fill `table`.
 #define FJ_OP(name, number, caches, jump) \
   table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
+
+OpTable make_table_311() {
+  OpTable table{};
 #include "bytecode/opcodes_311.def"
-#undef FJ_OP
 #undef FJ_HAVE_ARGUMENT
   return table;
 }
 
 OpTable make_table_312() {
   OpTable table{};
-#define FJ_OP(name, number, caches, jump) \
-  table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
 #include "bytecode/opcodes_312.def"
-#undef FJ_OP
 #undef FJ_HAVE_ARGUMENT
   return table;
 }
 
 OpTable make_table_313() {
   OpTable table{};
-#define FJ_OP(name, number, caches, jump) \
-  table[number] = OpInfo{Op::name, caches, static_cast<JumpKind>(jump)};
 #include "bytecode/opcodes_313.def"
-#undef FJ_OP
 #undef FJ_HAVE_ARGUMENT
   return table;
 }
+
+#undef FJ_OP
 
 }  // namespace
 

@@ -51,15 +51,15 @@ inline bool type_version_valid(PyTypeObject* type) {
   return PyType_HasFeature(type, Py_TPFLAGS_VALID_VERSION_TAG);
 }
 
-// Gives a class a version tag if it can have one. 3.13 has an API for it; before, a lookup
-// of any name through the method cache assigns one (`probe`: an interned str).
-inline void assign_type_version(PyTypeObject* type, PyObject* probe) {
+// `name` looked up on a class (_PyType_Lookup: Borrowed, NULL when absent), giving the class a
+// version tag if it has none and can have one: before 3.13 the lookup itself assigns it, 3.13
+// has an API for it.
+inline PyObject* type_lookup_tagging(PyTypeObject* type, PyObject* name) {
+  PyObject* found = _PyType_Lookup(type, name);
 #if PY_VERSION_HEX >= 0x030D0000
-  (void)probe;
-  PyUnstable_Type_AssignVersionTag(type);
-#else
-  _PyType_Lookup(type, probe);  // Borrowed result, unused
+  if (type->tp_version_tag == 0) PyUnstable_Type_AssignVersionTag(type);
 #endif
+  return found;
 }
 
 // A dict's version tag (3.11, 3.12): a fresh value from a global counter whenever a dict is

@@ -240,12 +240,11 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       }
       // Changed since (or patched and restored): look the name up again. The lookup also
       // assigns a fresh tag, which the fast path compares from now on.
-      PyObject* found = _PyType_Lookup(type, PyTuple_GET_ITEM(expected, 1));  // Borrowed
+      PyObject* found = pyver::type_lookup_tagging(type, PyTuple_GET_ITEM(expected, 1));  // Borrowed
       if ((found != nullptr) != (PyTuple_GET_ITEM(expected, 2) == Py_True)) return false;
       // The very object the trace bound (a method replaced on the class is another one).
       PyObject* want = PyTuple_GET_ITEM(expected, 3);
       if (want != Py_None && found != want) return false;
-      if (!pyver::type_version_valid(type)) pyver::assign_type_version(type, PyTuple_GET_ITEM(expected, 1));
       if (pyver::type_version_valid(type)) guard.n = type->tp_version_tag;
       return true;
     }

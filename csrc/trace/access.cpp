@@ -419,7 +419,7 @@ bool has_instance_dict(PyObject* obj) { return Py_TYPE(obj)->tp_dictoffset != 0;
 // of a base is set or deleted (PyType_Modified).
 unsigned int type_version(PyTypeObject* type) {
   if (!pyver::type_version_valid(type)) {
-    pyver::assign_type_version(type, PyRefs::get().version_probe.ptr());
+    pyver::type_lookup_tagging(type, PyRefs::get().version_probe.ptr());  // for the tag only
   }
   return pyver::type_version_valid(type) ? type->tp_version_tag : 0;
 }

@@ -72,9 +72,7 @@ void push_method(Tracer& t, const std::string& name) {
     t.push(attribute->bound_self);
     return;
   }
-  if (!pyver::kNullAboveCallable) t.push(Value::null());
-  t.push(attribute);
-  if (pyver::kNullAboveCallable) t.push(Value::null());
+  t.push_with_null(attribute);
 }
 
 void op_load_attr(Tracer& t, const Instr& i) {

@@ -33,10 +33,12 @@ void op_load_fast_and_clear(Tracer& t, const Instr& i) {
 void op_load_const(Tracer& t, const Instr& i) { t.push(Value::constant(t.co_const(i.arg))); }
 
 void op_load_global(Tracer& t, const Instr& i) {
-  const bool null = pyver::load_global_pushes_null(i.arg);
-  if (null && !pyver::kNullAboveCallable) t.push(Value::null());
-  t.push(t.global(t.co_name(pyver::load_global_name(i.arg))));
-  if (null && pyver::kNullAboveCallable) t.push(Value::null());
+  ValuePtr value = t.global(t.co_name(pyver::load_global_name(i.arg)));
+  if (pyver::load_global_pushes_null(i.arg)) {
+    t.push_with_null(std::move(value));
+  } else {
+    t.push(std::move(value));
+  }
 }
 
 // 3.13's pairs of local accesses in one instruction: the first local in the high 4 bits of the

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "common/fault.h"
 #include "trace/modes.h"
@@ -389,6 +390,12 @@ bool Tracer::truthy(const ValuePtr& value) {
       break;
   }
   throw InternalError("truth value of NULL");
+}
+
+void Tracer::push_with_null(ValuePtr callable) {
+  if (!pyver::kNullAboveCallable) push(Value::null());
+  push(std::move(callable));
+  if (pyver::kNullAboveCallable) push(Value::null());
 }
 
 ValuePtr Tracer::as_bool_for_jump(ValuePtr value, const Instr& i) {

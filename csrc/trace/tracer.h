@@ -138,6 +138,9 @@ class Tracer {
   // Python truthiness of a value known at trace time; throws Unsupported (kDataDependent) for
   // tensors and other values only the run time knows.
   bool truthy(const ValuePtr& value);
+  // A callable and the NULL that CALL expects with it (no self), in this version's stack order
+  // (pyver::kNullAboveCallable).
+  void push_with_null(ValuePtr callable);
   // 3.13's conversions to bool before a conditional jump (TO_BOOL, COMPARE_OP's bool bit): the
   // value's truth as a constant where the trace knows it. A truth that depends on a tensor's
   // value leaves the value as it is when a conditional jump follows `i` (that jump ends the
