@@ -21,6 +21,7 @@ import functools
 import json
 import re
 import sys
+import weakref
 
 import torch
 
@@ -172,9 +173,11 @@ def _comparable(text):
 
 
 class _StoreCursor:
-    """The number of compile events this process has published to the current process group's
-    store (a new group starts again at 0)."""
-    store = None
+    """The number of compile events this process has published to the current default process
+    group's store; a new group starts again at 0. The group is held weakly, and the store not at
+    all: a store kept alive past destroy_process_group is torn down at interpreter exit, while
+    its threads run (std::terminate, seen on 3.13)."""
+    group = None  # weakref.ref to the default ProcessGroup
     count = 0
 
 
@@ -187,6 +190,10 @@ def _group():
     if world < 2:
         return None
     return dist.distributed_c10d._get_default_store(), dist.get_rank(), world
+
+
+_CHECK_OFF = ("and their collectives may not match (framejit.config.check_ranks = False turns "
+              "this check off)")
 
 
 def _describe(event):
@@ -229,8 +236,9 @@ class RankCheck:
         if group is None or not config.check_ranks:
             return
         store, rank, world = group
-        if _StoreCursor.store is not store:
-            _StoreCursor.store, _StoreCursor.count = store, 0
+        default_group = torch.distributed.distributed_c10d._get_default_group()
+        if _StoreCursor.group is None or _StoreCursor.group() is not default_group:
+            _StoreCursor.group, _StoreCursor.count = weakref.ref(default_group), 0
         n = _StoreCursor.count
         _StoreCursor.count += 1
         code = info["code"]
@@ -248,8 +256,7 @@ class RankCheck:
                 f"framejit: rank {rank} compiled {_describe(event)}, and rank(s) "
                 f"{', '.join(map(str, missing))} did not compile it within "
                 f"{config.rank_check_timeout_s:g} s: the ranks take different compile decisions, "
-                f"and their collectives may not match (framejit.config.check_ranks = False "
-                f"turns this check off)") from None
+                f"{_CHECK_OFF}") from None
         for r, key in zip(others, keys):
             theirs = json.loads(store.get(key))
             if theirs == event:
@@ -261,6 +268,4 @@ class RankCheck:
                           or f"rank {r}: {_describe(theirs)}")
             raise RankDivergence(
                 f"framejit: ranks {rank} and {r} compiled {_describe(event)} differently: "
-                f"{detail}. Ranks that specialise differently run different code, and their "
-                f"collectives may not match (framejit.config.check_ranks = False turns this "
-                f"check off)")
+                f"{detail}. Ranks that specialise differently run different code, {_CHECK_OFF}")
