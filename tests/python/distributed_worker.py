@@ -183,21 +183,34 @@ def run_diverging(rank, name, out):
     model = DDP(same_models(make, 1)[0], **ddp_kwargs)
     compiled = framejit.compile(model, backend=aot_counting_backend([]))
 
+    steps = []
+
     def after_step():
+        steps.append(1)
         if name.startswith("rank_recompiles") and rank == 1 and len(steps) == 2:
             model.module.scale = 0.5
-    steps = []
     start = time.perf_counter()
     try:
-        train(compiled, batch, loss_fn, rank, 5, after_step=lambda: (steps.append(1), after_step()))
+        train(compiled, batch, loss_fn, rank, 5, after_step=after_step)
         error = None
     except framejit.RankDivergence as e:
         error = str(e)
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump(dict(error=error, seconds=time.perf_counter() - start, steps=len(steps)), f)
     # A rank that raised leaves the others inside DDP's next all-reduce: they end when the
-    # group goes (the gloo timeout of this scenario), as a real job ends on an error.
+    # group goes (the gloo timeout of this scenario), as a real job ends on an error. Rank 0
+    # holds the group's store: it waits (5 s at most) for every other rank that raised to be
+    # done reading it, so their checks finish before the store goes.
     if error:
+        import datetime
+        store = dist.distributed_c10d._get_default_store()
+        store.set(f"worker/raised/{rank}", "1")
+        if rank == 0 and name == "rank_scaled":  # there every rank raises
+            keys = [f"worker/raised/{r}" for r in range(1, dist.get_world_size())]
+            try:
+                store.wait(keys, datetime.timedelta(seconds=5))
+            except Exception:  # noqa: BLE001  (the test then finds a rank's result missing)
+                pass
         os._exit(0)
 
 
