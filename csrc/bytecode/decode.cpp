@@ -102,7 +102,11 @@ std::unique_ptr<Bytecode> Bytecode::from_code(PyCodeObject* code) {
     for (long unit = start; unit < start + length && unit < bc->size_in_units(); ++unit) {
       const int index = bc->index_at(static_cast<int>(unit));
       // An instruction's range covers its EXTENDED_ARG prefixes and caches: keyed by its start.
-      if (index >= 0) bc->instrs_[index].handler = static_cast<int>(target);
+      if (index < 0) continue;
+      Instr& ins = bc->instrs_[index];
+      ins.handler = static_cast<int>(target);
+      ins.handler_depth = static_cast<int>(depth_lasti >> 1);
+      ins.handler_lasti = (depth_lasti & 1) != 0;
     }
   }
   Py_DECREF(table);

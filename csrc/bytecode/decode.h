@@ -22,6 +22,8 @@ struct Instr {
   int target = -1;  // code unit a jump goes to, -1 for non-jumps
   int line = -1;    // source line, -1 if none
   int handler = -1;  // code unit of the exception handler covering it (exception table), -1 if none
+  int handler_depth = 0;       // the value stack's depth the handler starts from
+  bool handler_lasti = false;  // the handler expects the raising instruction's offset pushed
 };
 
 class Bytecode {

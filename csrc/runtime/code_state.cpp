@@ -108,9 +108,11 @@ void allow_code(py::object code) {
 }
 
 bool should_skip_code(PyCodeObject* code, bool as_frame) {
-  constexpr int kNotTraced = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
-                             CO_ITERABLE_COROUTINE;
-  if (code->co_flags & kNotTraced) return true;
+  // A generator's frame is never hooked (it runs across calls); a generator function called
+  // in the trace is run by the tracer (trace/generators.cpp). Coroutines are never traced.
+  constexpr int kNeverTraced = CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
+  if (code->co_flags & kNeverTraced) return true;
+  if (as_frame && (code->co_flags & CO_GENERATOR)) return true;
   if (!(code->co_flags & CO_OPTIMIZED) || !(code->co_flags & CO_NEWLOCALS)) return true;
   const char* name = PyUnicode_AsUTF8(code->co_filename);
   if (name == nullptr) {

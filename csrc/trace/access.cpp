@@ -260,6 +260,22 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
                                          : entry_.sources().attr(base->source, "__dict__"));
         if (state && PyDict_CheckExact(state->obj.ptr())) return state;  // the instance dict
       }
+      if (base->source < 0 && base->remake && PyExceptionInstance_Check(obj)) {
+        // An exception the trace made from constants (`except ValueError as e: e.args`): its
+        // attributes as they are; nothing else holds it.
+        py::object value;
+        try {
+          value = base->obj.attr(name.c_str());
+        } catch (const py::error_already_set&) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+        }
+        if (PyTuple_CheckExact(value.ptr())) {  // e.args: a constant if its items are
+          bool constant = true;
+          for (py::handle item : value) constant = constant && wrap_unsourced(py::reinterpret_borrow<py::object>(item))->is_const();
+          if (constant) return Value::constant(std::move(value));
+        }
+        return wrap_unsourced(std::move(value));
+      }
       AttrKind kind = AttrKind::kMissing;
       py::object found;
       if (!quick_resolve(obj, name, kind, found)) {

@@ -405,7 +405,7 @@ ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kw
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
   if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
-    inline_call(fn, py::none(), std::move(args), std::move(kwargs));
+    inline_call(fn, py::none(), std::move(args), std::move(kwargs), /*may_make_generator=*/true);
     return nullptr;
   }
   // A method loaded by LOAD_METHOD: args[0] is self. A tensor method read by LOAD_ATTR carries
@@ -469,6 +469,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
           if (dim->is_const() && PyLong_CheckExact(dim->obj.ptr())) {
             return sizes_.tensor_size(self, dim->obj.cast<int64_t>(), "Tensor.size()");
           }
+        }
+        if (base_name_in(name, {"numel", "nelement"}) && args.size() == 1 && kwargs.empty()) {
+          return sizes_.tensor_numel(self);
         }
         if (base_name_in(name, {"numel", "nelement"})) {
           sizes_.note_sizes_read(self, "Tensor." + name + "()");
@@ -620,12 +623,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return partial->kind == VKind::kNull ? nullptr : partial;
   }
   if (PyType_Check(callable.ptr()) && all_constant(args, kwargs)) {
-    // A stateless torch.nn module made in the forward (loss_fct = CrossEntropyLoss()): made
-    // now, its attributes read as they are (nothing else holds it), a fresh one at an exit.
     py::list py_args;
     for (const auto& a : args) py_args.append(a->as_python());
     py::dict py_kwargs;
     for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+    // An exception to raise (IndexError("...")): made now, a fresh one where an exit needs it.
+    if (PyExceptionClass_Check(callable.ptr())) {
+      if (ValuePtr exc = simple_exception(callable, py::tuple(py_args), py_kwargs)) return exc;
+    }
+    // A stateless torch.nn module made in the forward (loss_fct = CrossEntropyLoss()): made
+    // now, its attributes read as they are (nothing else holds it), a fresh one at an exit.
     py::object made = refs.support.attr("stateless_module")(callable, py::tuple(py_args), py_kwargs);
     if (!made.is_none()) {
       ValuePtr module = Value::object(made);
@@ -655,7 +662,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
   }
   if (kind == CallableKind::kNotTraced && PyFunction_Check(callable.ptr()) && is_user_function(host_, callable)) {
-    inline_call(fn, callable, std::move(args), std::move(kwargs));
+    inline_call(fn, callable, std::move(args), std::move(kwargs), /*may_make_generator=*/true);
     return nullptr;
   }
   if (kind == CallableKind::kTorchOp) {

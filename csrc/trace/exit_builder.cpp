@@ -68,6 +68,10 @@ Rebuild ExitBuilder::iterator_rebuild(const ValuePtr& it) {
     case IterForm::kReversed:
       return Rebuild::call(PyRefs::get().support.attr("reversed_at"),
                            {rebuild_of(it->over), Rebuild::constant(py::int_(it->count))});
+    case IterForm::kGenerator:
+      // Kept out of the root frame's state (Tracer::check_root_state_at_exit); reached only
+      // through state the trace writes (an attribute holding it).
+      throw InternalError("a generator the trace runs outlives its region");
   }
   throw InternalError("unknown iterator form at exit");
 }

@@ -33,7 +33,6 @@ bool global_module_hooks() {
   return false;
 }
 
-constexpr size_t kMaxInlineDepth = 24;  // frames; deeper recursion ends the region at the call
 
 std::string name_of(PyObject* str) {
   const char* data = PyUnicode_AsUTF8(str);
@@ -159,7 +158,7 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
 }
 
 bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
-                                   std::vector<ValuePtr> rest) {
+                                   std::vector<ValuePtr> rest, bool may_make_generator) {
   const bool made = self->is(ObjRole::kNewObject);  // obj: its class
   if (!made && (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr()))) {
     return false;
@@ -172,12 +171,13 @@ bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
     guard_class_attribute(guarded, py::str(name).cast<std::string>(), true, /*same_object=*/true);
   }
   rest.insert(rest.begin(), self);
-  inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, std::move(rest), {});
+  inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, std::move(rest), {},
+              may_make_generator);
   return true;
 }
 
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
-                         KwValues kwargs) {
+                         KwValues kwargs, bool may_make_generator) {
   const bool made = fn && fn->is(ObjRole::kMadeFunction);
   if (!made && !PyFunction_Check(function.ptr())) {  // a partial, a callable object, a builtin
     FJ_UNSUPPORTED(kUnsupportedCall, "tracing into {}, which is not a Python function",
@@ -200,18 +200,23 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
                      name_of(code->co_qualname), it->second);
     }
   }
-  constexpr int kNotInlined = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR |
-                              CO_ITERABLE_COROUTINE;
+  constexpr int kNotInlined = CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE;
   const bool genexpr = (code->co_flags & CO_GENERATOR) && name_of(code->co_name) == "<genexpr>";
-  if ((code->co_flags & kNotInlined) && !genexpr) {
-    FJ_UNSUPPORTED(kUnsupportedCall, "call to generator or coroutine function {}",
+  const bool lazy_generator = (code->co_flags & CO_GENERATOR) && !genexpr;
+  if (code->co_flags & kNotInlined) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "call to coroutine function {}", name_of(code->co_qualname));
+  }
+  if (lazy_generator && !may_make_generator) {
+    // (A special method or property getter that is a generator function: its caller expects
+    // the frame it inlines.)
+    FJ_UNSUPPORTED(kUnsupportedCall, "generator function {} called for its result",
                    name_of(code->co_qualname));
   }
-  if (frames_.size() >= kMaxInlineDepth) {
+  if (frames_.size() >= kMaxFrames) {
     FJ_UNSUPPORTED(kUnsupportedCall, "inlining deeper than {} frames (recursion?) at {}",
-                   kMaxInlineDepth, name_of(code->co_qualname));
+                   kMaxFrames, name_of(code->co_qualname));
   }
-  auto callee = std::make_unique<TraceFrame>();
+  auto callee = std::make_shared<TraceFrame>();
   callee->code = code;
   callee->bytecode = &host_.bytecode_of(code);
   callee->locals = bind_arguments(code, function, fn, std::move(args), std::move(kwargs));
@@ -222,6 +227,15 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   callee->globals = made ? fn->globals
                          : py::reinterpret_borrow<py::object>(PyFunction_GET_GLOBALS(function.ptr()));
   callee->call_site = instr().offset;
+  if (lazy_generator) {  // called: a generator, its frame not started (generators.cpp)
+    callee->lazy_generator = true;
+    callee->made_at = site;
+    ValuePtr it = Value::iter({});
+    it->iter_form = IterForm::kGenerator;
+    it->gen_frame = std::move(callee);
+    push(std::move(it));
+    return;
+  }
   frames_.push_back(std::move(callee));
 }
 

@@ -1,5 +1,7 @@
 // Opcode handlers: jumps. Conditions known at trace time are followed; a condition on a
 // tensor's value stops the trace (the graph-break issue turns that into a region exit).
+#include <algorithm>
+
 #include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/modes.h"
@@ -56,6 +58,10 @@ void op_for_iter(Tracer& t, const Instr& i) {
   if (it->kind != VKind::kIter) {
     FJ_UNSUPPORTED(kUnsupportedValue, "next() of {} is not traced yet", it->describe());
   }
+  if (it->iter_form == IterForm::kGenerator && !it->exhausted) {  // its frame runs to a yield
+    t.resume_generator(*it, TraceFrame::GenMode::kStep, pyver::for_iter_exhausted_pc(i.target));
+    return;
+  }
   if (ValuePtr item = it->next()) {
     t.push(std::move(item));
     return;
@@ -67,6 +73,70 @@ void op_for_iter(Tracer& t, const Instr& i) {
 void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pops two values
   t.pop();
   t.pop();
+}
+
+// Exceptions raised and caught inside the trace (Tracer::raise_exception).
+// An exception object the trace can raise: an instance, or a class called with no arguments.
+ValuePtr exception_instance(const ValuePtr& exc) {
+  if ((exc->kind == VKind::kObject || exc->kind == VKind::kConst) && !exc->is_special_object() &&
+      PyExceptionClass_Check(exc->obj.ptr())) {
+    ValuePtr made = simple_exception(exc->obj, py::tuple(), py::dict());
+    if (!made) FJ_UNSUPPORTED(kUnsupportedCall, "raise of {}, made by Python code", exc->describe());
+    return made;
+  }
+  return exc;
+}
+
+void op_raise_varargs(Tracer& t, const Instr& i) {
+  if (i.arg == 0) {  // bare `raise` in an except block
+    ValuePtr handled = t.handled_exception();
+    if (!handled) FJ_UNSUPPORTED(kUnsupportedOpcode, "bare raise outside an except block of the trace");
+    return t.raise_exception(handled);
+  }
+  if (i.arg != 1) FJ_UNSUPPORTED(kUnsupportedOpcode, "raise ... from ... is not traced yet");
+  t.raise_exception(exception_instance(t.pop()));
+}
+
+void op_reraise(Tracer& t, const Instr&) { t.raise_exception(t.pop()); }
+
+// [exc] -> [the exception handled before, exc]; POP_EXCEPT pops the former.
+void op_push_exc_info(Tracer& t, const Instr&) {
+  ValuePtr exc = t.pop();
+  ValuePtr before = t.handled_exception();
+  t.push(before ? before : Value::constant(py::none()));
+  t.enter_handler(exc);
+  t.push(std::move(exc));
+}
+
+void op_pop_except(Tracer& t, const Instr&) {
+  t.pop();
+  t.leave_handler();
+}
+
+// [exc, type] -> [exc, isinstance(exc, type)]
+void op_check_exc_match(Tracer& t, const Instr&) {
+  ValuePtr type = t.pop();
+  const ValuePtr& exc = t.peek();
+  auto a_class = [](const ValuePtr& v) {
+    return (v->kind == VKind::kObject || v->kind == VKind::kConst) && !v->is_special_object() &&
+           PyType_Check(v->obj.ptr());
+  };
+  py::object classes;
+  if (a_class(type)) {
+    classes = type->obj;
+  } else if (type->kind == VKind::kTuple &&
+             std::all_of(type->items.begin(), type->items.end(), a_class)) {
+    py::list items;
+    for (const ValuePtr& item : type->items) items.append(item->obj);
+    classes = py::tuple(items);
+  } else {
+    FJ_UNSUPPORTED(kUnsupportedValue, "except clause on {}", type->describe());
+  }
+  if (exc->kind != VKind::kObject && exc->kind != VKind::kConst) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "except clause matching {}", exc->describe());
+  }
+  const int match = PyErr_GivenExceptionMatches(exc->obj.ptr(), classes.ptr());
+  t.push(Value::constant(py::bool_(match != 0)));
 }
 
 }  // namespace
@@ -116,6 +186,8 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
+  } else if (ValuePtr generator = python_generator_iter(seq)) {
+    return generator;  // a class whose __iter__ is a generator function (collections.abc's)
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "iterating over {} is not traced yet", seq->describe());
   }
@@ -148,6 +220,11 @@ void register_control_ops(HandlerTable& table) {
   set(Op::BEFORE_WITH, op_before_with);
   set(Op::FOR_ITER, op_for_iter);
   set(Op::END_FOR, op_end_for);
+  set(Op::RAISE_VARARGS, op_raise_varargs);
+  set(Op::RERAISE, op_reraise);
+  set(Op::PUSH_EXC_INFO, op_push_exc_info);
+  set(Op::POP_EXCEPT, op_pop_except);
+  set(Op::CHECK_EXC_MATCH, op_check_exc_match);
 }
 
 }  // namespace framejit

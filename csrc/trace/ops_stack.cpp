@@ -91,15 +91,20 @@ void op_import_name(Tracer& t, const Instr& i) {
 
 void op_import_from(Tracer& t, const Instr& i) { t.push(t.attr(t.peek(), t.co_name(i.arg))); }
 
-// Generator expressions (the only generators traced): RETURN_GENERATOR's result is popped at
-// once; each YIELD_VALUE records its value and receives None, as next() sends.
+// Generators: RETURN_GENERATOR's result is popped at once (the generator value exists
+// already: the call made it). A generator expression's YIELD_VALUE records its value and
+// receives None, as next() sends; any other generator's hands its value to the consumer
+// (generators.cpp).
 void op_return_generator(Tracer& t, const Instr&) {
-  if (!t.frame().generator) FJ_UNSUPPORTED(kUnsupportedOpcode, "RETURN_GENERATOR outside a generator expression");
+  if (!t.frame().generator && !t.frame().lazy_generator) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "RETURN_GENERATOR outside a generator");
+  }
   t.push(Value::constant(py::none()));
 }
 
-void op_yield_value(Tracer& t, const Instr&) {
-  if (!t.frame().generator) FJ_UNSUPPORTED(kUnsupportedOpcode, "yield outside a generator expression");
+void op_yield_value(Tracer& t, const Instr& i) {
+  if (t.frame().lazy_generator) return t.generator_yield(t.pop(), i);
+  if (!t.frame().generator) FJ_UNSUPPORTED(kUnsupportedOpcode, "yield outside a generator");
   t.frame().yields.push_back(t.pop());
   t.push(Value::constant(py::none()));
 }

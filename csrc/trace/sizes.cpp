@@ -85,6 +85,21 @@ ValuePtr SizeTracker::tensor_size(const ValuePtr& tensor, int64_t dim, const std
   return size_leaf(tensor, dim, value);
 }
 
+ValuePtr SizeTracker::tensor_numel(const ValuePtr& tensor) {
+  const int64_t rank = static_cast<int64_t>(py::len(tensor->obj.attr("shape")));
+  if (!symbolic_) {
+    note_sizes_read(tensor, "Tensor.numel()");
+    return Value::constant(tensor->obj.attr("numel")());
+  }
+  py::object mul = PyRefs::get().operator_module.attr("mul");
+  ValuePtr total = Value::constant(py::int_(1));
+  for (int64_t d = 0; d < rank; ++d) {
+    ValuePtr size = tensor_size(tensor, d, "Tensor.numel()");
+    total = d == 0 ? size : Value::sym_num(mul, {total, size}, mul(total->obj, size->obj));
+  }
+  return total;
+}
+
 ValuePtr SizeTracker::size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value) {
   auto key = std::make_pair(tensor->node, dim);
   auto found = size_leaves_.find(key);
@@ -275,6 +290,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   // The relation that holds: the operator, or its negation where the answer was False.
   auto rel = static_cast<SizeRelation>(op_at - kOps.begin());
   if (value->obj.ptr() != Py_True) rel = negated(rel);
+  if (ValuePtr decided = decide_empty(value, rel)) return decided;
   // Both sides as sums of inputs' sizes times ints plus an int (`kv_length == q_length` with
   // kv_length = q_length + past): their difference decides what to guard.
   std::map<std::pair<const Value*, int>, std::pair<int64_t, ValuePtr>> terms;  // by tensor, dim
@@ -352,6 +368,40 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (overflow != 0 || c <= INT64_MIN + 1 || c >= INT64_MAX - 1) return specialize(value);
   if (rel == SizeRelation::kEq) return specialize(value);  // one size: pinned
   return size_range(value, size, rel, c);
+}
+
+ValuePtr SizeTracker::decide_empty(const ValuePtr& value, SizeRelation rel) {
+  // A product of sizes against 0, from either side: `x.numel() == 0` (DynamicLayer's
+  // get_seq_length), `x.numel() > 0`.
+  auto is_zero = [](const ValuePtr& v) {
+    return v->is_const() && PyLong_CheckExact(v->obj.ptr()) && PyLong_AsLong(v->obj.ptr()) == 0;
+  };
+  ValuePtr product = value->items[0];
+  if (is_zero(product)) {
+    product = value->items[1];
+    rel = flipped(rel);
+  } else if (!is_zero(value->items[1])) {
+    return nullptr;
+  }
+  std::vector<ValuePtr> factors;
+  std::function<bool(const ValuePtr&)> collect = [&](const ValuePtr& v) {
+    if (v->kind != VKind::kSymNum) return false;
+    if (v->size_of) {
+      factors.push_back(v);
+      return true;
+    }
+    if (!v->fn || v->items.size() != 2) return false;
+    if (py::str(v->fn.attr("__name__")).cast<std::string>() != "mul") return false;
+    return collect(v->items[0]) && collect(v->items[1]);
+  };
+  if (!collect(product) || factors.size() < 2) return nullptr;  // one size: a range below
+  // Not empty (product != 0, > 0): every size at least 1, each a range; empty: pinned.
+  if (rel != SizeRelation::kNe && rel != SizeRelation::kGt) return nullptr;
+  for (const ValuePtr& factor : factors) {
+    if (input_size_of(factor).first < 0) return nullptr;
+  }
+  for (const ValuePtr& factor : factors) size_range(value, input_size_of(factor), SizeRelation::kGe, 1);
+  return Value::constant(value->obj);
 }
 
 ValuePtr SizeTracker::size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel,

@@ -41,6 +41,9 @@ class SizeTracker {
   // the trace's sizes. `how` names the read for the guards log.
   ValuePtr tensor_size(const ValuePtr& tensor, int64_t dim, const std::string& how);
   // x.shape / x.size(): a torch.Size of tensor_size() items.
+  // x.numel(): the product of its sizes, each a size expression where sizes are symbolic (so
+  // `x.numel() == 0` guards a relation and pins nothing), else the number.
+  ValuePtr tensor_numel(const ValuePtr& tensor);
   ValuePtr tensor_shape(const ValuePtr& tensor, const std::string& how);
   // The graph node computing a size expression (x.size(0), then operator nodes), made once.
   Node* size_node(const ValuePtr& value);
@@ -88,6 +91,9 @@ class SizeTracker {
 
  private:
   void note_size_deps(SizeDeps& deps, const std::string& what);
+  // decide() for a product of input sizes compared with 0 (`x.numel() == 0`) where the answer
+  // is "not empty": each size guarded at least 1; nullptr for anything else.
+  ValuePtr decide_empty(const ValuePtr& value, SizeRelation rel);
   // The size expression leaf for size `dim` (whose value now is `value`) of a tensor, made once.
   ValuePtr size_leaf(const ValuePtr& tensor, int64_t dim, py::handle value);
 

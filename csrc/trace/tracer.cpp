@@ -71,7 +71,7 @@ Tracer::Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode,
       entry_(frame, entry_pc, recorder_),
       sizes_(entry_, recorder_) {
   entry_handler_ = bytecode.at(entry_pc).handler;
-  auto root = std::make_unique<TraceFrame>();
+  auto root = std::make_shared<TraceFrame>();
   root->code = code;
   root->bytecode = &bytecode;
   root->locals.resize(static_cast<size_t>(code->co_nlocalsplus));
@@ -134,6 +134,25 @@ void Tracer::run() {
         FJ_UNSUPPORTED(kUnsupportedOpcode, "opcode {} is not supported yet", op_name(ins.op));
       }
       handler(*this, ins);
+    } catch (const GeneratorNeeded& needed) {
+      // A consumer needs items of a generator not yet run: run it to its end, then this
+      // instruction again (on the stack it had).
+      fr->stack = std::move(saved_stack);
+      fr->kw_names = std::move(saved_kw_names);
+      if (frames_.size() > depth) drop_frames_to(depth);
+      try {
+        resume_generator(*needed.generator, TraceFrame::GenMode::kDrain, -1);
+      } catch (Unsupported& e) {
+        if (depth > 1) {
+          throw InlineBreak{path_to(depth - 1), fmt::format("{} [{}] in {}", e.what(),
+                                                            break_kind_name(e.kind()),
+                                                            str_text(fr->code->co_qualname))};
+        }
+        end_at(ins, e);
+        return;
+      }
+      ++steps_;
+      continue;
     } catch (Unsupported& e) {
       fr->stack = saved_stack;
       if (sizes_.symbolic() && stack_holds_size_expr()) throw StaticSizesRetrace{};
@@ -161,6 +180,10 @@ void Tracer::run() {
 CallSite Tracer::path_to(size_t frame_index) const {
   CallSite path;
   for (size_t i = 1; i <= frame_index && i < frames_.size(); ++i) {
+    if (frames_[i]->lazy_generator) {  // run from wherever it is consumed: keyed by its making
+      path = frames_[i]->made_at;
+      continue;
+    }
     path.emplace_back(frames_[i - 1]->code, frames_[i]->call_site);
   }
   return path;
@@ -206,7 +229,29 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
   build_exit_state(kind);
 }
 
+void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values) {
+  for (const Handling& h : handling_) {
+    if (h.frame == 0) {
+      throw InlineBreak{root_raise_, "its except block ends the region: " + exits_.exit().reason};
+    }
+  }
+  const TraceFrame& root = *frames_[0];
+  for (size_t i = 0; i < root.locals.size(); ++i) {
+    if (root.dirty[i]) values.push_back(root.locals[i]);
+  }
+  values.insert(values.end(), root.stack.begin(), root.stack.end());
+  for (const ValuePtr& value : values) {
+    if (Value* gen = live_generator_in(value)) {
+      // Only the trace could go on running it: traced again with the call that made it left
+      // to Python, which then makes a real generator.
+      throw InlineBreak{gen->gen_frame->made_at,
+                        "the region ends with the generator half run: " + exits_.exit().reason};
+    }
+  }
+}
+
 void Tracer::build_exit_state(ExitKind kind) {
+  check_root_state_at_exit({});
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
@@ -411,6 +456,10 @@ ValuePtr Tracer::as_bool_for_jump(ValuePtr value, const Instr& i) {
 }
 
 void Tracer::finish(const ValuePtr& value) {
+  if (frame().lazy_generator) {
+    end_generator(/*returned=*/true);
+    return;
+  }
   if (inlined()) {
     if (frame().result_truth == 3) {
       const ValuePtr n = sizes_.concretize(value);
@@ -441,6 +490,7 @@ void Tracer::finish(const ValuePtr& value) {
     if (null_above) push(Value::null());
     return;
   }
+  check_root_state_at_exit({value});
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
@@ -464,7 +514,7 @@ void Tracer::raise_missing_attribute(const ValuePtr& base, const std::string& na
     if (f.bytecode->at(at).handler >= 0) break;
     if (!f.on_missing) continue;
     ValuePtr result = f.on_missing;
-    frames_.resize(d);  // the __getattribute__ call and everything it called
+    drop_frames_to(d);  // the __getattribute__ call and everything it called
     push(std::move(result));
     return;
   }

@@ -29,6 +29,12 @@
 namespace framejit {
 
 class Tracer;
+
+// cls(*args, **kwargs) for an exception class whose __new__ and __init__ are builtin (no
+// Python code runs): the exception, made now, with what remakes a fresh one at a region's exit
+// (Value::remake); nullptr for other classes (generators.cpp).
+ValuePtr simple_exception(py::handle cls, const py::tuple& args, const py::dict& kwargs);
+
 using OpHandler = void (*)(Tracer&, const Instr&);
 using HandlerTable = std::array<OpHandler, static_cast<size_t>(Op::kUnknown) + 1>;
 
@@ -57,6 +63,17 @@ struct TraceFrame {
   // over them (eager where Python is lazy; only `<genexpr>` code is run this way).
   bool generator = false;
   std::vector<ValuePtr> yields;
+  // Any other generator function's frame (trace/generators.cpp): held by its kIter kGenerator
+  // value, on the frame stack only while it runs. kStep: a FOR_ITER asked for one item (a yield
+  // suspends the frame and hands the item over; the return ends the loop, which goes on at
+  // `exhausted_pc`); kDrain: run to the end for a consumer that needs its items (they collect
+  // in `yields`), whose instruction then runs again. `owner` is set while it runs.
+  enum class GenMode : uint8_t { kStep, kDrain };
+  bool lazy_generator = false;
+  GenMode gen_mode = GenMode::kStep;
+  int exhausted_pc = -1;
+  Value* owner = nullptr;
+  CallSite made_at;  // where the generator function was called: not inlined there on a retrace
   // An __init__ inlined for a new object: the call's result is this object, not None.
   ValuePtr constructed;
   // A class's own __getattribute__ inlined for getattr(obj, name, default) / hasattr: an
@@ -78,6 +95,8 @@ struct TraceFrame {
 
 class Tracer {
  public:
+  static constexpr size_t kMaxFrames = 24;  // inlined frames; deeper recursion ends at the call
+
   // Borrowed: code, frame (both must outlive the tracer). `frame.stack` is the value stack at
   // `entry_pc` (empty at 0). Calls at `no_inline` sites are not traced into.
   Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
@@ -246,15 +265,37 @@ class Tracer {
   // comes with its return).
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs);
   // Traces into a Python function / an nn.Module without hooks (type(module).forward).
+  // A generator function's call (may_make_generator) pushes its generator, not started.
   void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
-                   KwValues kwargs);
+                   KwValues kwargs, bool may_make_generator = false);
   void inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
+
+  // ---- generators and exceptions inside the trace (generators.cpp) ----
+  // Runs the frame of the live generator `it` (kIter kGenerator) from where it stopped, pushed
+  // above the current frame; `exhausted_pc` (kStep) is where the FOR_ITER's loop ends.
+  void resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted_pc);
+  // YIELD_VALUE in a generator frame the trace runs.
+  void generator_yield(ValuePtr value, const Instr& i);
+  // iter(obj) where obj's class defines __iter__ as a Python generator function: its generator
+  // (not started); nullptr for anything else.
+  ValuePtr python_generator_iter(const ValuePtr& obj);
+  // `raise exc` at the current instruction (RAISE_VARARGS, RERAISE): the innermost handler in
+  // an inlined frame takes it (the frames above it dropped, a generator among them finished);
+  // unsupported where none would before the root frame, which CPython then raises in.
+  void raise_exception(const ValuePtr& exc);
+  // PUSH_EXC_INFO / POP_EXCEPT: the exception an except block handles (bare `raise`).
+  ValuePtr handled_exception() const { return handling_.empty() ? nullptr : handling_.back().exc; }
+  void enter_handler(ValuePtr exc) { handling_.push_back({std::move(exc), frames_.size() - 1}); }
+  void leave_handler() {
+    if (!handling_.empty()) handling_.pop_back();
+  }
   // When the class of `self` (a plain object, not a class, or an object the trace made) defines
   // the special method `name` as a Python function (a Mapping subclass's __contains__ / __len__ /
   // __getitem__, ModelOutput's __setitem__): guards that on the class where `self` has a source
   // (or its class one) and inlines name(self, *rest). False, doing nothing, otherwise.
   // Borrowed: name (an interned str).
-  bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest);
+  bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest,
+                             bool may_make_generator = false);
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);
@@ -280,6 +321,16 @@ class Tracer {
 
  private:
   void wrap_entry_stack();
+  // Drops the frames above the first n (an exception or a caught AttributeError unwinding);
+  // a generator among them is finished.
+  void drop_frames_to(size_t n);
+  // The generator frame on top returned (or an exception left it): it is popped, and its
+  // iterator holds what it yielded while draining (else it is exhausted).
+  void end_generator(bool returned);
+  // Before a region's exit state is built: a live generator in the root frame's stack or
+  // changed locals (or in `values`) throws InlineBreak at the call that made it; an except
+  // block open in the root frame, at the raise that entered it.
+  void check_root_state_at_exit(std::vector<ValuePtr> values);
   void end_at(const Instr& ins, const Unsupported& why);
   void build_exit_state(ExitKind kind);
   void add_number_checks(RegionExit& exit);
@@ -299,7 +350,17 @@ class Tracer {
   SideEffects effects_;
   ModeStack modes_;
   ExitBuilder exits_;
-  std::vector<std::unique_ptr<TraceFrame>> frames_;  // [0] is the root
+  std::vector<std::shared_ptr<TraceFrame>> frames_;  // [0] is the root
+  struct Handling {
+    ValuePtr exc;
+    size_t frame;  // index in frames_
+  };
+  std::vector<Handling> handling_;  // exceptions whose except blocks the trace is in, innermost last
+  // The raise an exception caught in the root frame came from: where a region would end with
+  // it still in flight or its except block open (CPython's exception state cannot be rebuilt),
+  // the trace starts again with that raise left to CPython.
+  CallSite root_raise_;
+  std::vector<const Value*> root_caught_;  // the exceptions a root frame's handler took
   std::vector<bool> entry_nulls_;
   int next_pc_ = 0;
   int steps_ = 0;

@@ -251,6 +251,18 @@ ValuePtr copy_iterator(const ValuePtr& it, std::unordered_map<const Value*, Valu
 
 }  // namespace
 
+Value* live_generator_in(const ValuePtr& value, int depth) {
+  if (!value || depth > 8) return nullptr;  // (a container holding itself)
+  if (value->kind == VKind::kIter && value->iter_form == IterForm::kGenerator) return value.get();
+  if (value->is_sequence() || value->kind == VKind::kDict ||
+      (value->kind == VKind::kIter && !value->exhausted)) {
+    for (const ValuePtr& item : value->items) {
+      if (Value* g = live_generator_in(item, depth + 1)) return g;
+    }
+  }
+  return nullptr;
+}
+
 std::vector<ValuePtr> dict_view_items(const Value& view) {
   if (view.over->kind != VKind::kDict) return view.items.at(0)->items;  // a sourced dict's snapshot
   const char mode = view.method == "values" ? 'v' : view.method == "items" ? 'i' : 'k';
@@ -259,8 +271,20 @@ std::vector<ValuePtr> dict_view_items(const Value& view) {
   return out;
 }
 
+Value* Value::live_generator() {
+  if (kind != VKind::kIter || exhausted) return nullptr;
+  if (iter_form == IterForm::kGenerator) return this;
+  if (iter_form == IterForm::kZip || iter_form == IterForm::kEnumerate) {
+    for (const ValuePtr& inner : items) {
+      if (Value* g = inner->live_generator()) return g;
+    }
+  }
+  return nullptr;
+}
+
 ValuePtr Value::next() {
   if (exhausted) return nullptr;
+  if (Value* g = live_generator()) throw GeneratorNeeded{g};
   ValuePtr out;
   switch (iter_form) {
     case IterForm::kItems:
@@ -314,12 +338,15 @@ ValuePtr Value::next() {
     case IterForm::kReversed:
       if (count >= 0 && static_cast<size_t>(count) < over->items.size()) out = over->items[count--];
       break;
+    case IterForm::kGenerator:
+      break;  // live_generator() threw above
   }
   if (!out) exhausted = true;
   return out;
 }
 
 bool Value::rest(size_t max, std::vector<ValuePtr>& out) const {
+  if (Value* g = const_cast<Value*>(this)->live_generator()) throw GeneratorNeeded{g};
   if (iter_form == IterForm::kRange && !exhausted) {
     const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
     if (n < 0) throw py::error_already_set();

@@ -12,6 +12,7 @@
 namespace framejit {
 
 class Node;
+struct TraceFrame;
 
 enum class VKind : uint8_t {
   kTensor,  // a tensor: graph node + meta tensor + the real device
@@ -86,6 +87,8 @@ enum class IterForm : uint8_t {
   kEnumerate,  // (count, item) of the iterator items[0]; `count`: the next number
   kZip,        // a tuple of one item from each iterator in `items`, until one is exhausted
   kReversed,   // the list `over` from its end; `count`: the next index (-1: done)
+  kGenerator,  // a generator function's frame the trace runs (`gen_frame`), suspended at a
+               // yield or not yet started; it becomes kItems when it returns (trace/generators.cpp)
 };
 
 struct Value {
@@ -131,6 +134,7 @@ struct Value {
                                  // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value
   int size_dim = -1;
+  std::shared_ptr<TraceFrame> gen_frame;  // kIter kGenerator
 
   static ValuePtr constant(py::object value, int source = -1);
   static ValuePtr object(py::object value, int source = -1);
@@ -169,9 +173,14 @@ struct Value {
 
   // kIter: the next item (nullptr once exhausted); the items it has left, at most `max`, read
   // on a copy so nothing is consumed (false if there are more than `max`); consuming the rest.
+  // Each throws GeneratorNeeded, consuming nothing, when an item must come from a generator
+  // the trace has not run yet (live_generator).
   ValuePtr next();
   bool rest(size_t max, std::vector<ValuePtr>& out) const;
   void exhaust();
+  // kIter: the generator this iterator (or a zip / enumerate of it) would have to run to step,
+  // nullptr if none.
+  Value* live_generator();
 
   // This container with fn applied to each item: itself if no item changed, else a copy (made
   // during the trace: no source). Values other than tuples, lists and dicts: itself.
@@ -181,6 +190,17 @@ struct Value {
   // "Tensor(f32[2, 3])", "Const(3)", "Object(<module 'torch'>)": for messages.
   std::string describe() const;
 };
+
+// Thrown by Value::next / rest when a live generator must run first: the tracer runs that
+// generator's frame to its end (its yields become the iterator's items) and executes the
+// instruction again (Tracer::run).
+struct GeneratorNeeded {
+  Value* generator;
+};
+
+// A live generator (kIter kGenerator, not finished) that `value` is or holds (in its containers
+// and iterators), nullptr if none.
+Value* live_generator_in(const ValuePtr& value, int depth = 0);
 
 // The items a kDictView yields now.
 std::vector<ValuePtr> dict_view_items(const Value& view);

@@ -711,11 +711,28 @@ def ex_generator(x):
     return out
 
 
+@example("for t in it", make=lambda: (iter([torch.randn(4), torch.randn(4)]),))
+def ex_foreign_iterator(it):
+    out = 0
+    for t in it:
+        out = out + t
+    return out
+
+
 @example("raise ValueError()")
 def ex_raise(x):
     y = x + 1
     try:
         raise ValueError()
+    except ValueError:
+        return y
+
+
+@example("raise ValueError() from None")
+def ex_raise_from(x):
+    y = x + 1
+    try:
+        raise ValueError() from None
     except ValueError:
         return y
 
@@ -767,7 +784,7 @@ def fields(value):
 
 
 # Examples whose result depends on state their own call changes (a running buffer).
-UNREPEATABLE = {"self.running.mul_(0.9)"}
+UNREPEATABLE = {"self.running.mul_(0.9)", "for t in it"}  # (the iterator is used up)
 
 
 def test_every_example_row_is_covered():

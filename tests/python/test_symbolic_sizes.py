@@ -277,3 +277,18 @@ def test_sizes_whose_value_decides_the_graph_are_specialised(fn):
     for shape in [(2, 3), (5, 3), (4, 3), (2, 3)]:
         x = torch.randn(*shape)
         assert same(compiled(x.clone()), fn(x.clone())), shape
+
+
+def empty_or_doubled(x):
+    if x.numel() == 0:  # DynamicLayer.get_seq_length's test: x is not empty
+        return x + 1
+    return x * x.numel()
+
+
+def test_numel_compared_with_zero_guards_each_size_at_least_one():
+    # numel() is the product of the sizes: `== 0` answered False guards each size >= 1 and pins
+    # none, so new sizes share the graph; an empty tensor fails that guard and compiles again.
+    counter = run_sizes(empty_or_doubled, [(2, 3), (4, 5), (1, 7)])
+    assert counter.frame_count == 1
+    counter = run_sizes(empty_or_doubled, [(2, 3), (0, 3), (5, 0), (4, 4)])
+    assert counter.frame_count == 3  # (4, 4) runs the first graph; an empty one pins its sizes

@@ -1,0 +1,240 @@
+"""Generator functions and exceptions inside the trace (issue #16): a generator called in the
+trace runs in the tracer (a `for` loop interleaves with its frame as Python does; list(), zip,
+sum run it to its end), and `raise` caught by a try/except in the trace unwinds there. Each is
+compiled next to eager with its graph count; transformers' DynamicCache iterates a Sequence
+through collections.abc's generator __iter__, which ends on an IndexError."""
+from collections.abc import Sequence
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, regions, same
+
+
+def compiled_and_eager(fn, *args):
+    counter = CompileCounter()
+    out = framejit.compile(fn, backend=counter)(*args)
+    assert same(out, fn(*args))
+    return counter.frame_count, [r["exit"] for r in regions(fn)]
+
+
+def multiples(x, n):
+    for i in range(n):
+        yield x * (i + 1)
+
+
+class LayerView(Sequence):
+    """A Sequence whose __getitem__ raises IndexError past its end (transformers'
+    _PerLayerConfigView): iterated through collections.abc's generator __iter__."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i < 0 or i >= self.n:
+            raise IndexError("list index out of range")
+        return i + 1
+
+
+def loops(x):
+    out = []
+    for v in multiples(x, 3):
+        out.append(v + 1)
+    return out
+
+
+def consumers(x):
+    total = sum(multiples(x, 4))
+    parts = list(multiples(x, 2))
+    first, second = multiples(x, 2)
+    scaled = [a * b for a, b in zip([1.0, 2.0], multiples(x, 5))]
+    return total, parts, first + second, scaled
+
+
+def sequences(x):
+    kinds = [k for k in LayerView(3)]
+    paired = [x * k for k, _ in zip(LayerView(4), ["a", "b"])]
+    return x * sum(kinds), paired
+
+
+def calls_helper(fn):
+    def outer(x):
+        return fn(x)
+
+    return outer
+
+
+@pytest.mark.parametrize("fn", [loops, consumers, sequences])
+@pytest.mark.parametrize("inlined", [False, True])
+def test_generator_functions_run_in_the_trace_as_one_graph(fn, inlined):
+    target = calls_helper(fn) if inlined else fn
+    graphs, exits = compiled_and_eager(target, torch.randn(4))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_a_for_loop_interleaves_with_the_generator_frame():
+    # Python runs the generator between the loop's iterations: each sees the other's appends.
+    def gen(log, x):
+        for i in range(3):
+            log.append(("gen", len(log)))
+            yield x + i
+
+    def f(x):
+        log = []
+        outs = []
+        for v in gen(log, x):
+            log.append(("loop", len(log)))
+            outs.append(v * len(log))
+        return outs, log
+
+    graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(2))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_a_generator_reads_what_changes_between_calls():
+    # What the generator's frame reads is guarded like any inlined frame's: a stale count would
+    # be the worst bug.
+    state = {"n": 2}
+
+    def gen(x):
+        for i in range(state["n"]):
+            yield x * i
+
+    def f(x):
+        return list(gen(x))
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x), f(x)) and counter.frame_count == 1
+    state["n"] = 3
+    assert same(compiled(x), f(x)) and len(compiled(x)) == 3
+    assert counter.frame_count == 2
+
+
+def test_a_generator_half_run_where_a_region_ends_is_made_by_python():
+    # A branch on a tensor inside the loop ends the region with the generator suspended: the
+    # trace starts again with the generator made by Python, and the results stay eager's.
+    def f(x):
+        acc = x
+        for v in multiples(x, 3):
+            if v.sum() > 0:
+                acc = acc + v
+            else:
+                acc = acc - v
+        return acc
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    for x in (torch.ones(3), -torch.ones(3), torch.tensor([1.0, -2.0, 0.5])):
+        assert same(compiled(x), f(x))
+    assert "branch" in {r["exit"] for r in regions(f)}
+
+
+def test_a_generator_with_try_finally_and_a_return_value():
+    def gen(x):
+        try:
+            yield x
+            yield x * 2
+        finally:
+            pass
+        return "done"
+
+    def f(x):
+        return [t + 1 for t in gen(x)]
+
+    graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(2))
+    assert graphs == 1 and exits == ["return"]
+
+
+def raises_and_catches(x):
+    try:
+        raise ValueError("boom")
+    except ValueError as e:
+        x = x * len(e.args[0])
+    try:
+        LayerView(2)[5]
+    except (KeyError, IndexError):
+        x = x - 1
+    try:
+        try:
+            raise KeyError("k")
+        except KeyError:
+            raise  # bare: the same exception, to the outer handler
+    except LookupError:
+        x = x + 2
+    return x
+
+
+@pytest.mark.parametrize("inlined", [False, True])
+def test_raise_caught_inside_the_trace_is_one_graph(inlined):
+    target = calls_helper(raises_and_catches) if inlined else raises_and_catches
+    graphs, exits = compiled_and_eager(target, torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_an_exception_nothing_catches_reaches_the_caller_as_in_eager():
+    def strict(x):
+        if x.dim() != 2:
+            raise ValueError(f"expected 2 dims, got {x.dim()}")
+        return x * 2
+
+    def f(x):
+        return strict(x) + 1
+
+    compiled = framejit.compile(f, backend=CompileCounter())
+    assert same(compiled(torch.ones(2, 2)), f(torch.ones(2, 2)))
+    with pytest.raises(ValueError, match="expected 2 dims, got 1"):
+        compiled(torch.ones(3))
+
+
+def test_an_except_clause_that_does_not_match_lets_the_exception_through():
+    def inner(x):
+        try:
+            raise KeyError("k")
+        except ValueError:
+            return x * 100
+        return x
+
+    def f(x):
+        try:
+            return inner(x)
+        except KeyError:
+            return x - 1
+
+    graphs, exits = compiled_and_eager(f, torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_an_attribute_error_raised_by_a_getattribute_gives_getattrs_default():
+    class Strict:
+        def __getattribute__(self, key):
+            if key == "missing":
+                raise AttributeError(key)
+            return object.__getattribute__(self, key)
+
+    def f(x, obj):
+        return x * getattr(obj, "missing", 3)
+
+    graphs, exits = compiled_and_eager(f, torch.randn(2), Strict())
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_an_except_block_left_open_where_the_region_ends_is_pythons():
+    # The except block holds a branch on a tensor: the region cannot end inside it (CPython's
+    # exception state), so the raise is left to CPython and the results stay eager's.
+    def f(x):
+        try:
+            raise ValueError("v")
+        except ValueError:
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    compiled = framejit.compile(f, backend=CompileCounter())
+    for x in (torch.ones(2), -torch.ones(2)):
+        assert same(compiled(x), f(x))
