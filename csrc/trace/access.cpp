@@ -616,8 +616,12 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       }
       if (base->source >= 0 && reads_items_as_dict(base->obj.ptr())) {
         if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
-          FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing (KeyError at run time)",
-                         safe_repr(k));
+          // KeyError, as CPython raises it: caught by a try block in the trace (Mapping.get on a
+          // registry), else the region ends here. The key's absence is guarded.
+          entry_.guard_dict_contains(base->source, k.ptr(), false);
+          ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());
+          FJ_CHECK(exc != nullptr, "KeyError not constructible");
+          throw TracedRaise{std::move(exc)};
         }
         ValuePtr value = entry_.load(entry_.sources().item(base->source, k));
         FJ_CHECK(value != nullptr, "present key {} unreadable", safe_repr(k));

@@ -456,6 +456,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(py::none());
       }
     }
+    if (self->kind == VKind::kTensor && name == "type" && args.size() == 2 && kwargs.empty() &&
+        args[1]->is_const() &&
+        Py_TYPE(args[1]->obj.ptr()) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr())) {
+      // x.type(torch.float16) is x.to(torch.float16) (itself where the dtype is x's already).
+      return record_call(NodeKind::kCallMethod, py::none(), "to", std::move(args), {}, "", "to");
+    }
     if (self->kind == VKind::kTensor) {
       const TensorMethodKind kind = tensor_method_kind(name);
       if (kind == TensorMethodKind::kOp) {

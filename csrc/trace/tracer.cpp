@@ -133,7 +133,14 @@ void Tracer::run() {
       if (handler == nullptr) {
         FJ_UNSUPPORTED(kUnsupportedOpcode, "opcode {} is not supported yet", op_name(ins.op));
       }
-      handler(*this, ins);
+      try {
+        handler(*this, ins);
+      } catch (const TracedRaise& raised) {
+        fr->stack = saved_stack;
+        fr->kw_names = saved_kw_names;
+        if (frames_.size() > depth) drop_frames_to(depth);
+        raise_exception(raised.exc);  // unsupported where nothing in the trace catches it
+      }
     } catch (const GeneratorNeeded& needed) {
       // A consumer needs items of a generator not yet run: run it to its end, then this
       // instruction again (on the stack it had).

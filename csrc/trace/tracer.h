@@ -30,6 +30,13 @@ namespace framejit {
 
 class Tracer;
 
+// Thrown by Python semantics that raise at trace time where CPython would (a missing key of a
+// dict read by source, its absence guarded): the run loop puts the instruction's stack back
+// and raises `exc` there (Tracer::raise_exception), so a try block in the trace catches it.
+struct TracedRaise {
+  ValuePtr exc;
+};
+
 // cls(*args, **kwargs) for an exception class whose __new__ and __init__ are builtin (no
 // Python code runs): the exception, made now, with what remakes a fresh one at a region's exit
 // (Value::remake); nullptr for other classes (generators.cpp).

@@ -719,6 +719,35 @@ def ex_foreign_iterator(it):
     return out
 
 
+class _Interface(collections.abc.Mapping):
+    _global_mapping = {"sdpa": torch.nn.functional.softmax}
+
+    def __getitem__(self, key):
+        return self._global_mapping[key]
+
+    def __iter__(self):
+        return iter(self._global_mapping)
+
+    def __len__(self):
+        return len(self._global_mapping)
+
+
+INTERFACE = _Interface()
+
+
+@example("INTERFACE.get(kind, None)")
+def ex_mapping_get_missing(x):
+    kind = "eager"
+    fn = INTERFACE.get(kind, None)
+    return x * 2 if fn is None else fn(x, -1)
+
+
+@example("x.type(y.dtype)")
+def ex_tensor_type(x):
+    y = x.double()
+    return x.type(y.dtype) + y
+
+
 @example("raise ValueError()")
 def ex_raise(x):
     y = x + 1

@@ -3,7 +3,7 @@ trace runs in the tracer (a `for` loop interleaves with its frame as Python does
 sum run it to its end), and `raise` caught by a try/except in the trace unwinds there. Each is
 compiled next to eager with its graph count; transformers' DynamicCache iterates a Sequence
 through collections.abc's generator __iter__, which ends on an IndexError."""
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pytest
 import torch
@@ -238,3 +238,53 @@ def test_an_except_block_left_open_where_the_region_ends_is_pythons():
     compiled = framejit.compile(f, backend=CompileCounter())
     for x in (torch.ones(2), -torch.ones(2)):
         assert same(compiled(x), f(x))
+
+
+class Interface(Mapping):
+    """transformers' GeneralInterface, small: a Mapping whose get() is collections.abc's
+    (`try: return self[key] except KeyError: return default`) over a dict read by source."""
+
+    _global_mapping = {"sdpa": torch.nn.functional.scaled_dot_product_attention}
+
+    def __getitem__(self, key):
+        return self._global_mapping[key]
+
+    def __iter__(self):
+        return iter(self._global_mapping)
+
+    def __len__(self):
+        return len(self._global_mapping)
+
+
+INTERFACE = Interface()
+
+
+def attention_of(x, kind):
+    fn = INTERFACE.get(kind, None)
+    if fn is None:  # the eager path: no registered function
+        return torch.softmax(x, -1)
+    return fn(x, x, x)
+
+
+def test_a_missing_key_raises_keyerror_in_the_trace_for_mapping_get():
+    x = torch.randn(1, 2, 4, 8)
+    graphs, exits = compiled_and_eager(attention_of, x, "eager")
+    assert graphs == 1 and exits == ["return"]
+    # The key's absence is guarded: registering it compiles again, with the registered function.
+    counter = CompileCounter()
+    compiled = framejit.compile(attention_of, backend=counter)
+    assert same(compiled(x, "eager"), attention_of(x, "eager"))
+    Interface._global_mapping["eager"] = torch.nn.functional.scaled_dot_product_attention
+    try:
+        assert same(compiled(x, "eager"), attention_of(x, "eager"))
+        assert counter.frame_count == 2
+    finally:
+        del Interface._global_mapping["eager"]
+
+
+def test_tensor_type_with_a_dtype_is_a_cast_in_the_graph():
+    def f(x, y):
+        return (x * 2).type(y.dtype) + y
+
+    graphs, exits = compiled_and_eager(f, torch.randn(3), torch.ones(3, dtype=torch.float64))
+    assert graphs == 1 and exits == ["return"]
