@@ -719,27 +719,11 @@ def ex_foreign_iterator(it):
     return out
 
 
-class _Interface(collections.abc.Mapping):
-    _global_mapping = {"sdpa": torch.nn.functional.softmax}
-
-    def __getitem__(self, key):
-        return self._global_mapping[key]
-
-    def __iter__(self):
-        return iter(self._global_mapping)
-
-    def __len__(self):
-        return len(self._global_mapping)
-
-
-INTERFACE = _Interface()
-
-
-@example("INTERFACE.get(kind, None)")
+@example("registry.get(kind, None)")
 def ex_mapping_get_missing(x):
     kind = "eager"
-    fn = INTERFACE.get(kind, None)
-    return x * 2 if fn is None else fn(x, -1)
+    fn = REGISTRY_MAPPING.get(kind, None)
+    return x * 2 if fn is None else x * fn
 
 
 @example("x.type(y.dtype)")
