@@ -462,6 +462,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       // x.type(torch.float16) is x.to(torch.float16) (itself where the dtype is x's already).
       return record_call(NodeKind::kCallMethod, py::none(), "to", std::move(args), {}, "", "to");
     }
+    if (self->kind == VKind::kTensor && name == "type" && args.size() == 1 && kwargs.empty()) {
+      // x.type(): its dtype's and device's name (both guarded with the tensor).
+      return Value::constant(refs.support.attr("tensor_type_name")(self->obj.attr("dtype"), self->device));
+    }
     if (self->kind == VKind::kTensor) {
       const TensorMethodKind kind = tensor_method_kind(name);
       if (kind == TensorMethodKind::kOp) {
@@ -523,6 +527,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       if (name == "extend" && args.size() == 2 && args[1]->is_sequence()) {
         for (const auto& item : args[1]->items) self->items.push_back(item);
+        return Value::constant(py::none());
+      }
+      std::vector<ValuePtr> rest;
+      if (name == "extend" && args.size() == 2 && args[1]->kind == VKind::kIter &&
+          args[1]->rest(size_t{1} << 16, rest)) {  // from an iterator: what it has left
+        args[1]->exhaust();
+        for (auto& item : rest) self->items.push_back(std::move(item));
         return Value::constant(py::none());
       }
     }
@@ -590,10 +601,17 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kAttributeBuiltin) return attribute_builtin(callable, args, kwargs);
   if (kind == CallableKind::kNextBuiltin && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
       args[0]->kind == VKind::kIter) {
-    // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())).
+    if (args[0]->iter_form == IterForm::kGenerator && !args[0]->exhausted) {
+      // One item of a generator: its frame runs to its next yield, as for a loop's step.
+      resume_generator(*args[0], TraceFrame::GenMode::kNext, -1);
+      frame().next_default = args.size() == 2 ? args[1] : nullptr;
+      return nullptr;
+    }
+    // next(it[, default]) of an iterator the trace unrolls (next(self.parameters())); an
+    // exhausted one raises StopIteration, which a try block in the trace may catch.
     if (ValuePtr item = args[0]->next()) return item;
     if (args.size() == 2) return args[1];
-    FJ_UNSUPPORTED(kUnsupportedCall, "next() of an exhausted iterator");  // StopIteration
+    throw TracedRaise{simple_exception(py::handle(PyExc_StopIteration), py::tuple(), py::dict())};
   }
   if (kind == CallableKind::kCompilingFlag && args.empty() && kwargs.empty()) {
     return Value::constant(py::bool_(true));  // the library takes its compile-friendly path
@@ -617,6 +635,52 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();
   }
+  if (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr())) {
+    // map, filter, functools.reduce, itertools' chain / product / combinations / ...: their
+    // Python forms (_python_forms.py), traced in their place.
+    py::object form = refs.support.attr("python_form")(callable);
+    if (!form.is_none()) {
+      inline_call(Value::object(form), form, std::move(args), std::move(kwargs),
+                  /*may_make_generator=*/true);
+      return nullptr;
+    }
+  }
+  {
+    // operator.itemgetter / attrgetter: made from constants, then applied in the trace.
+    static PyObject* const kItemGetter = py::object(refs.operator_module.attr("itemgetter")).release().ptr();
+    static PyObject* const kAttrGetter = py::object(refs.operator_module.attr("attrgetter")).release().ptr();
+    if ((callable.ptr() == kItemGetter || callable.ptr() == kAttrGetter) && kwargs.empty() &&
+        all_constant(args, kwargs)) {
+      py::list py_args;
+      for (const auto& a : args) py_args.append(a->as_python());
+      return Value::object(callable(*py::tuple(py_args)));
+    }
+    const bool items = Py_TYPE(callable.ptr()) == reinterpret_cast<PyTypeObject*>(kItemGetter);
+    const bool attrs = Py_TYPE(callable.ptr()) == reinterpret_cast<PyTypeObject*>(kAttrGetter);
+    if ((items || attrs) && args.size() == 1 && kwargs.empty()) {
+      py::tuple keys = callable.attr("__reduce__")()[py::int_(1)];
+      std::vector<ValuePtr> got;
+      for (py::handle key : keys) {
+        if (items) {
+          got.push_back(item(args[0], Value::constant(py::reinterpret_borrow<py::object>(key))));
+          continue;
+        }
+        ValuePtr value = args[0];
+        for (py::handle part : py::str(key).attr("split")(".")) {
+          value = attr(value, part.cast<std::string>());
+          if (value->is_special_object() && !value->is(ObjRole::kNewObject)) {
+            FJ_UNSUPPORTED(kUnsupportedCall, "attrgetter({}) reaching {}", safe_repr(key), value->describe());
+          }
+        }
+        got.push_back(std::move(value));
+      }
+      return got.size() == 1 ? got[0] : Value::tuple(std::move(got));
+    }
+  }
+  if (PyCFunction_Check(callable.ptr()) && kwargs.empty() && args.size() == 1) {
+    static PyObject* const kIter = PyDict_GetItemString(PyEval_GetBuiltins(), "iter");  // Borrowed
+    if (callable.ptr() == kIter) return iterator_of(args[0]);
+  }
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.size() == 2 &&
       kwargs.empty() && (args[0]->kind == VKind::kObject || args[0]->kind == VKind::kConst) &&
       PyType_Check(args[0]->obj.ptr()) && args[1]->kind == VKind::kObject) {
@@ -627,6 +691,37 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (ValuePtr partial = partial_call(fn, callable, args, kwargs)) {
     return partial->kind == VKind::kNull ? nullptr : partial;
+  }
+  if (PyType_Check(callable.ptr()) && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(callable.ptr()),
+                                                       &PyTuple_Type)) {
+    // A namedtuple (collections or typing) made in the trace: a tuple value of its type, its
+    // fields bound as namedtuple's __new__ binds them.
+    py::list names;
+    for (const auto& kw : kwargs) names.append(py::str(kw.first));
+    py::object plan = refs.support.attr("namedtuple_fields")(callable, args.size(), py::tuple(names));
+    if (!plan.is_none()) {
+      std::vector<ValuePtr> items;
+      for (py::handle step : plan) {
+        const std::string how = py::str(step[py::int_(0)]).cast<std::string>();
+        py::object what = step[py::int_(1)];
+        if (how == "arg") {
+          items.push_back(args.at(what.cast<size_t>()));
+        } else if (how == "kw") {
+          const std::string field = what.cast<std::string>();
+          for (const auto& kw : kwargs) {
+            if (kw.first == field) items.push_back(kw.second);
+          }
+        } else {
+          ValuePtr fallback = wrap_unsourced(what);
+          if (!fallback->is_const()) {
+            FJ_UNSUPPORTED(kUnsupportedCall, "{} with a default that is not a constant",
+                           callable_name(callable));
+          }
+          items.push_back(std::move(fallback));
+        }
+      }
+      return Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(callable));
+    }
   }
   if (PyType_Check(callable.ptr()) && all_constant(args, kwargs)) {
     py::list py_args;

@@ -143,6 +143,12 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     }
     value = PyTuple_CheckExact(obj) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
     value->source = slot;
+  } else if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) != nullptr &&
+             PyType_Check(PyCFunction_GET_SELF(obj))) {
+    // A builtin class method read off its class (itertools.chain.from_iterable, dict.fromkeys):
+    // made anew by every read, so guarded equal (the same class and method), not identical.
+    guards_.add_const(slot, obj);
+    value = Value::object(py::reinterpret_borrow<py::object>(real), slot);
   } else if (is_identity_object(obj)) {
     guards_.add_id(slot, obj);
     value = Value::object(py::reinterpret_borrow<py::object>(real), slot);

@@ -95,6 +95,13 @@ void Tracer::end_generator(bool returned) {
   }
   it.items.clear();
   it.exhausted = true;
+  if (returned && gen->gen_mode == TraceFrame::GenMode::kNext) {
+    if (!gen->next_default) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");
+    }
+    push(gen->next_default);
+    return;
+  }
   if (returned) {  // the FOR_ITER's loop ends: the iterator popped, on at the loop's exit
     TraceFrame& consumer = frame();
     consumer.stack.pop_back();

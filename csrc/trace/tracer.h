@@ -75,10 +75,12 @@ struct TraceFrame {
   // suspends the frame and hands the item over; the return ends the loop, which goes on at
   // `exhausted_pc`); kDrain: run to the end for a consumer that needs its items (they collect
   // in `yields`), whose instruction then runs again. `owner` is set while it runs.
-  enum class GenMode : uint8_t { kStep, kDrain };
+  // kNext: next(gen[, default]) asked for one item: as kStep, but the return gives `default`.
+  enum class GenMode : uint8_t { kStep, kNext, kDrain };
   bool lazy_generator = false;
   GenMode gen_mode = GenMode::kStep;
   int exhausted_pc = -1;
+  ValuePtr next_default;  // kNext
   Value* owner = nullptr;
   CallSite made_at;  // where the generator function was called: not inlined there on a retrace
   // An __init__ inlined for a new object: the call's result is this object, not None.

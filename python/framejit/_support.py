@@ -15,6 +15,7 @@ import torch
 
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
+from ._python_forms import python_form  # noqa: F401  (looked up by the C++ core)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
 # Namespaces under torch whose functions are not graph operations: state, I/O, autograd
@@ -649,3 +650,39 @@ def reversed_at(container: list, next_index: int):
     else:
         it.__setstate__(next_index)
     return it
+
+
+def namedtuple_fields(cls, nargs, kwnames):
+    """How a call cls(*args, **kwargs) of a collections.namedtuple / typing.NamedTuple class
+    fills its fields: per field ("arg", position), ("kw", name) or ("default", value); None if
+    cls is no such class (its __new__ is not namedtuple's) or the call would raise."""
+    new = getattr(cls, "__new__", None)
+    fields = getattr(cls, "_fields", None)
+    if (not isinstance(cls, type) or not issubclass(cls, tuple) or type(cls).__call__ is not type.__call__
+            or not isinstance(fields, tuple) or not str(getattr(new, "__globals__", {}).get(
+                "__name__", "")).startswith("namedtuple_")
+            or cls.__init__ is not object.__init__):
+        return None
+    if nargs > len(fields) or any(k not in fields for k in kwnames):
+        return None
+    defaults = getattr(cls, "_field_defaults", {})
+    out = []
+    for i, field in enumerate(fields):
+        if i < nargs:
+            if field in kwnames:
+                return None
+            out.append(("arg", i))
+        elif field in kwnames:
+            out.append(("kw", field))
+        elif field in defaults:
+            out.append(("default", defaults[field]))
+        else:
+            return None
+    return out
+
+
+def tensor_type_name(dtype, device):
+    """x.type() for a tensor of this dtype on this device: "torch.FloatTensor",
+    "torch.cuda.HalfTensor"."""
+    name = torch.empty(0, dtype=dtype).type()
+    return name if device.type == "cpu" else name.replace("torch.", f"torch.{device.type}.", 1)

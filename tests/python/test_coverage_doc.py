@@ -5,11 +5,13 @@ deopt: CPython finishes the frame from there).
 Each example is a small function registered with @example("<the example text>"); it takes one
 4x4 tensor unless the registration gives another input. The outcome is read from the regions of
 that function's own code, so a callee that breaks shows as a break of the caller."""
+import collections
 import collections.abc
 import dataclasses
 import enum
 import functools
 import math
+import operator
 import os
 import re
 import types
@@ -730,6 +732,35 @@ def ex_mapping_get_missing(x):
 def ex_tensor_type(x):
     y = x.double()
     return x.type(y.dtype) + y
+
+
+@example("q, k, v = map(lambda t: t.transpose(1, 2), (q, k, v))",
+         make=lambda: tuple(torch.randn(2, 3, 4, 5) for _ in range(3)))
+def ex_map(q, k, v):
+    q, k, v = map(lambda t: t.transpose(1, 2), (q, k, v))
+    return q + k + v
+
+
+@example("next(iter(xs))", make=lambda: ([torch.randn(3), torch.randn(3)],))
+def ex_next_iter(xs):
+    it = iter(xs)
+    first = next(it)
+    return first + next(it, first)
+
+
+@example('itemgetter("a", "b")(d)', make=lambda: ({"a": torch.randn(3), "b": 2},))
+def ex_itemgetter(d):
+    a, b = operator.itemgetter("a", "b")(d)
+    return a * b
+
+
+_Pair = collections.namedtuple("_Pair", "first second")
+
+
+@example("Pair(x, 2).first")
+def ex_namedtuple(x):
+    pair = _Pair(x, 2)
+    return pair.first * pair.second
 
 
 @example("raise ValueError()")

@@ -685,3 +685,89 @@ def test_a_shared_helper_that_breaks_through_one_call_path_stays_inlined_through
     # runtime makes that call; region 2 returns. Keyed by pick's subscript alone, the first
     # pick would not have been inlined either: one more region.
     assert [r["exit"] for r in regions(shares_a_helper)] == ["call", "return"]
+
+
+# --- builtins and itertools run through their Python forms (_python_forms.py) -----------------
+
+import collections  # noqa: E402
+import itertools  # noqa: E402
+import operator  # noqa: E402
+import typing  # noqa: E402
+
+Pair = collections.namedtuple("Pair", "first second", defaults=(1,))
+
+
+class Shape(typing.NamedTuple):
+    batch: int
+    length: int = 4
+
+
+def gpt_fast_transposes(q, k, v):
+    q, k, v = map(lambda t: t.transpose(1, 2), (q, k, v))  # gpt-fast's attention
+    return q @ k.transpose(-1, -2) @ v
+
+
+def functional_builtins(x):
+    kept = list(filter(lambda n: n % 2, range(5)))
+    nonzero = list(filter(None, [0, 2, 0, 3]))
+    total = functools.reduce(lambda a, b: a + b, [x, x * 2, x * 3])
+    product = functools.reduce(operator.mul, kept, 1)
+    return total * product + sum(nonzero)
+
+
+def itertools_forms(x):
+    out = x
+    for a, b in itertools.combinations([1, 2, 3], 2):
+        out = out + a * b
+    for a, b in itertools.zip_longest([1, 2], [3], fillvalue=0):
+        out = out - a + b
+    for a in itertools.chain([1], (2, 3)):
+        out = out * a
+    for a, b in itertools.product([1, 2], repeat=2):
+        out = out + a - b
+    for t in itertools.chain.from_iterable([[x], [x * 2]]):
+        out = out + t
+    return out + sum(itertools.accumulate([1, 2, 3])) + list(itertools.accumulate([x, x], initial=x))[2]
+
+
+def getters_and_tuples(x):
+    d = {"a": x, "b": 2}
+    first, scale = operator.itemgetter("a", "b")(d)
+    rows = operator.attrgetter("shape")(x)[0]
+    pair = Pair(x)
+    shape = Shape(batch=2)
+    it = iter([x, x + 1])
+    head = next(it)
+    rest = []
+    rest.extend(it)
+    return first * scale * rows + pair.first * pair.second + shape.batch * shape.length + head + rest[0] + next(it, 3)
+
+
+def type_names(x):
+    y = x.type(torch.float64)
+    return y * 2 if x.type() == "torch.FloatTensor" else y
+
+
+@pytest.mark.parametrize("fn,make", [
+    (gpt_fast_transposes, lambda: tuple(torch.randn(2, 3, 4, 5) for _ in range(3))),
+    (functional_builtins, lambda: (torch.randn(3),)),
+    (itertools_forms, lambda: (torch.randn(3),)),
+    (getters_and_tuples, lambda: (torch.randn(3),)),
+    (type_names, lambda: (torch.randn(3),)),
+], ids=lambda v: getattr(v, "__name__", ""))
+def test_builtins_through_their_python_forms_are_one_graph(fn, make):
+    counter = run_both(fn, *make())
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(fn)] == ["return"]
+
+
+def test_map_stays_lazy_and_a_namedtuple_leaves_the_region_as_itself():
+    seen = []
+
+    def f(x):
+        lazy = map(lambda t: seen.append(t) or t * 2, [x, x + 1])
+        first = next(lazy)
+        return Pair(first, len(seen))
+
+    out = framejit.compile(f, backend=CompileCounter())(torch.ones(2))
+    assert type(out) is Pair and out.second == 1  # the second item was never made
+    assert same(out.first, torch.ones(2) * 2)

@@ -1,0 +1,149 @@
+"""Python forms of builtins and itertools that the tracer runs in their place.
+
+map, filter, functools.reduce and the itertools below are C code, which the tracer cannot run
+over traced values. Called in a traced frame, each is replaced by its form here, which the
+tracer inlines like user code (trace/calls.cpp, Tracer::call): the generator functions give
+generators the tracer runs lazily (trace/generators.cpp), so `q, k, v = map(f, (q, k, v))` is
+three traced calls of f. Each yields what the C original yields, in the same order, and reads
+its arguments as lazily where that can be seen (map, filter, chain); the ones that must see
+every item first (product, combinations, zip_longest) read them at the first step, as the C
+versions do. Nothing here is called outside a trace.
+"""
+import functools
+import itertools
+
+from . import _C
+
+
+def trace_map(function, *iterables):
+    for args in zip(*iterables):
+        yield function(*args)
+
+
+def trace_filter(function, iterable):
+    for item in iterable:
+        if function is None:
+            if item:
+                yield item
+        elif function(item):
+            yield item
+
+
+def trace_reduce(function, iterable, *initial):
+    items = list(iterable)
+    if not initial and not items:
+        raise TypeError("reduce() of empty iterable with no initial value")
+    if initial:
+        value = initial[0]
+        rest = items
+    else:
+        value = items[0]
+        rest = items[1:]
+    for item in rest:
+        value = function(value, item)
+    return value
+
+
+def trace_chain(*iterables):
+    for iterable in iterables:
+        for item in iterable:
+            yield item
+
+
+def trace_chain_from_iterable(iterables):
+    for iterable in iterables:
+        for item in iterable:
+            yield item
+
+
+def _product_rows(pools):
+    rows = [()]
+    for pool in pools:
+        grown = []
+        for row in rows:
+            for item in pool:
+                grown.append(row + (item,))
+        rows = grown
+    return rows
+
+
+def trace_product(*iterables, repeat=1):
+    pools = [tuple(iterable) for iterable in iterables]
+    repeated = []
+    for _ in range(repeat):
+        repeated.extend(pools)
+    for row in _product_rows(repeated):
+        yield row
+
+
+def _pick(pool, start, left):
+    """The combinations of `left` items of pool[start:], in lexicographic order of position."""
+    if left == 0:
+        return [()]
+    picked = []
+    for i in range(start, len(pool) - left + 1):
+        for rest in _pick(pool, i + 1, left - 1):
+            picked.append((pool[i],) + rest)
+    return picked
+
+
+def trace_combinations(iterable, r):
+    pool = tuple(iterable)
+    for combination in _pick(pool, 0, r):
+        yield combination
+
+
+def trace_zip_longest(*iterables, fillvalue=None):
+    pools = [list(iterable) for iterable in iterables]
+    longest = 0
+    for pool in pools:
+        if len(pool) > longest:
+            longest = len(pool)
+    for i in range(longest):
+        row = []
+        for pool in pools:
+            row.append(pool[i] if i < len(pool) else fillvalue)
+        yield tuple(row)
+
+
+def trace_accumulate(iterable, func=None, *, initial=None):
+    total = initial
+    started = initial is not None
+    if started:
+        yield total
+    for item in iterable:
+        if not started:
+            total = item
+            started = True
+        elif func is None:
+            total = total + item
+        else:
+            total = func(total, item)
+        yield total
+
+
+_FORMS = {
+    map: trace_map,
+    filter: trace_filter,
+    functools.reduce: trace_reduce,
+    itertools.chain: trace_chain,
+    itertools.chain.from_iterable: trace_chain_from_iterable,
+    itertools.product: trace_product,
+    itertools.combinations: trace_combinations,
+    itertools.zip_longest: trace_zip_longest,
+    itertools.accumulate: trace_accumulate,
+}
+
+
+# The helpers the forms call are traced too (framejit's own files otherwise are not).
+for _helper in (_product_rows, _pick):
+    _C.allow_code(_helper.__code__)
+del _helper
+
+
+def python_form(fn):
+    """The Python form the tracer runs for `fn`, or None."""
+    try:
+        return _FORMS.get(fn)
+    except TypeError:  # unhashable
+        return None
