@@ -603,7 +603,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       args[0]->kind == VKind::kIter) {
     if (args[0]->iter_form == IterForm::kGenerator && !args[0]->exhausted) {
       // One item of a generator: its frame runs to its next yield, as for a loop's step.
-      resume_generator(*args[0], TraceFrame::GenMode::kNext, -1);
+      resume_generator(*args[0], TraceFrame::GenMode::kNext, -1, args[0]);
       frame().next_default = args.size() == 2 ? args[1] : nullptr;
       return nullptr;
     }

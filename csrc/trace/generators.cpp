@@ -47,7 +47,8 @@ ValuePtr simple_exception(py::handle cls, const py::tuple& args, const py::dict&
   return exc;
 }
 
-void Tracer::resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted_pc) {
+void Tracer::resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted_pc,
+                              ValuePtr keep) {
   std::shared_ptr<TraceFrame> frame = it.gen_frame;
   FJ_CHECK(frame != nullptr, "resuming a generator that has finished");
   if (frame->owner != nullptr) {
@@ -57,6 +58,7 @@ void Tracer::resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted
     FJ_UNSUPPORTED(kUnsupportedCall, "running a generator deeper than {} frames", kMaxFrames);
   }
   frame->owner = &it;
+  frame->owner_kept = std::move(keep);  // (a cycle while it runs: cut at its yield, end, ~Tracer)
   frame->gen_mode = mode;
   frame->exhausted_pc = exhausted_pc;
   frame->call_site = instr().offset;  // where an exception leaving the generator goes on
@@ -75,6 +77,7 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
   }
   gen.pc = i.next;
   gen.owner = nullptr;
+  ValuePtr kept = std::move(gen.owner_kept);  // alive until the value is handed over
   frames_.pop_back();  // suspended: its iterator still holds it
   push(std::move(value));
 }
@@ -84,6 +87,7 @@ void Tracer::end_generator(bool returned) {
   frames_.pop_back();
   FJ_CHECK(gen->owner != nullptr, "a generator frame without its iterator");
   Value& it = *gen->owner;
+  ValuePtr kept = std::move(gen->owner_kept);  // `it` stays alive to the end of this function
   gen->owner = nullptr;
   it.gen_frame.reset();
   it.iter_form = IterForm::kItems;

@@ -81,6 +81,12 @@ Tracer::Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode,
   site_.code = code;
 }
 
+Tracer::~Tracer() {
+  // A trace that stops inside a generator's frame: the frame and its kept iterator hold each
+  // other (TraceFrame::owner_kept).
+  for (const auto& frame : frames_) frame->owner_kept.reset();
+}
+
 void Tracer::wrap_entry_stack() {
   const FrameState& fs = entry_.frame();
   for (int i = 0; i < fs.stack_size; ++i) {

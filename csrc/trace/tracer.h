@@ -82,6 +82,7 @@ struct TraceFrame {
   int exhausted_pc = -1;
   ValuePtr next_default;  // kNext
   Value* owner = nullptr;
+  ValuePtr owner_kept;    // kNext: the iterator, which only the CALL's arguments held
   CallSite made_at;  // where the generator function was called: not inlined there on a retrace
   // An __init__ inlined for a new object: the call's result is this object, not None.
   ValuePtr constructed;
@@ -110,6 +111,7 @@ class Tracer {
   // `entry_pc` (empty at 0). Calls at `no_inline` sites are not traced into.
   Tracer(TraceHost& host, PyCodeObject* code, const Bytecode& bytecode, const FrameState& frame,
          int entry_pc, const std::map<CallSite, std::string>* no_inline = nullptr);
+  ~Tracer();
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
@@ -282,7 +284,9 @@ class Tracer {
   // ---- generators and exceptions inside the trace (generators.cpp) ----
   // Runs the frame of the live generator `it` (kIter kGenerator) from where it stopped, pushed
   // above the current frame; `exhausted_pc` (kStep) is where the FOR_ITER's loop ends.
-  void resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted_pc);
+  // `keep`: the iterator's value where nothing else holds it while the frame runs (next()).
+  void resume_generator(Value& it, TraceFrame::GenMode mode, int exhausted_pc,
+                        ValuePtr keep = nullptr);
   // YIELD_VALUE in a generator frame the trace runs.
   void generator_yield(ValuePtr value, const Instr& i);
   // iter(obj) where obj's class defines __iter__ as a Python generator function: its generator

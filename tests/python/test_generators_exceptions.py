@@ -288,3 +288,30 @@ def test_tensor_type_with_a_dtype_is_a_cast_in_the_graph():
 
     graphs, exits = compiled_and_eager(f, torch.randn(3), torch.ones(3, dtype=torch.float64))
     assert graphs == 1 and exits == ["return"]
+
+
+def test_next_of_a_generator_only_the_call_holds():
+    # next(gen(x)): nothing but the call's arguments holds the generator while its frame runs.
+    def two(x):
+        yield x + 1
+        yield x + 2
+
+    def f(x):
+        return next(two(x)) + next(iter(two(x)), 0) + next(two(x) if False else iter(()), 5)
+
+    graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_next_past_the_end_raises_stopiteration_inside_the_trace():
+    def f(x):
+        it = iter([x])
+        first = next(it)
+        try:
+            next(it)
+        except StopIteration:
+            return first * 2
+        return first
+
+    graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
