@@ -635,7 +635,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();
   }
-  if (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr())) {
+  if (kind != CallableKind::kTorchOp &&
+      (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr()))) {
     // map, filter, functools.reduce, itertools' chain / product / combinations / ...: their
     // Python forms (_python_forms.py), traced in their place.
     py::object form = refs.support.attr("python_form")(callable);

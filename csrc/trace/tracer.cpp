@@ -139,6 +139,8 @@ void Tracer::run() {
       if (handler == nullptr) {
         FJ_UNSUPPORTED(kUnsupportedOpcode, "opcode {} is not supported yet", op_name(ins.op));
       }
+      // Both below start again from the stack the instruction had; what they do instead can
+      // itself be unsupported, which ends the region as any handler's failure does.
       try {
         handler(*this, ins);
       } catch (const TracedRaise& raised) {
@@ -146,26 +148,15 @@ void Tracer::run() {
         fr->kw_names = saved_kw_names;
         if (frames_.size() > depth) drop_frames_to(depth);
         raise_exception(raised.exc);  // unsupported where nothing in the trace catches it
-      }
-    } catch (const GeneratorNeeded& needed) {
-      // A consumer needs items of a generator not yet run: run it to its end, then this
-      // instruction again (on the stack it had).
-      fr->stack = std::move(saved_stack);
-      fr->kw_names = std::move(saved_kw_names);
-      if (frames_.size() > depth) drop_frames_to(depth);
-      try {
+      } catch (const GeneratorNeeded& needed) {
+        // A consumer needs items of a generator not yet run: run it to its end, then this
+        // instruction again.
+        fr->stack = saved_stack;
+        fr->kw_names = saved_kw_names;
+        if (frames_.size() > depth) drop_frames_to(depth);
         resume_generator(*needed.generator, TraceFrame::GenMode::kDrain, -1);
-      } catch (Unsupported& e) {
-        if (depth > 1) {
-          throw InlineBreak{path_to(depth - 1), fmt::format("{} [{}] in {}", e.what(),
-                                                            break_kind_name(e.kind()),
-                                                            str_text(fr->code->co_qualname))};
-        }
-        end_at(ins, e);
-        return;
+        next_pc_ = fr->pc;
       }
-      ++steps_;
-      continue;
     } catch (Unsupported& e) {
       fr->stack = saved_stack;
       if (sizes_.symbolic() && stack_holds_size_expr()) throw StaticSizesRetrace{};
