@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "trace/tracer.h"
@@ -119,6 +120,399 @@ bool splits(const std::string& text) {
                              "unsafe_split", "unsafe_chunk"});
 }
 
+// Whether node's rank is the same for any sizes of the inputs: no squeeze() and no tensor
+// reshaped in place among the nodes it is computed from. Memoised across walks; iterative,
+// as chains can be thousands of nodes long.
+bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMemo& ranks) {
+  std::vector<Node*> stack{node};
+  while (!stack.empty()) {
+    Node* top = stack.back();
+    if (ranks.count(top)) {
+      stack.pop_back();
+      continue;
+    }
+    if (top->kind == NodeKind::kPlaceholder ||
+        base_name_in(top->target_text, {"squeeze", "squeeze_", "squeeze_copy"})) {
+      ranks[top] = top->kind == NodeKind::kPlaceholder;
+      stack.pop_back();
+      continue;
+    }
+    bool fixed = true;
+    std::vector<Node*> pending;
+    auto check = [&](Node* arg) {
+      if (reshaped.count(arg)) {
+        fixed = false;
+      } else if (auto found = ranks.find(arg); found != ranks.end()) {
+        fixed = fixed && found->second;
+      } else {
+        pending.push_back(arg);
+      }
+    };
+    for (const Arg& arg : top->args) arg.for_each_node(check);
+    for (const auto& kw : top->kwargs) kw.second.for_each_node(check);
+    if (fixed && !pending.empty()) {  // its arguments first
+      stack.insert(stack.end(), pending.begin(), pending.end());
+      continue;
+    }
+    ranks[top] = fixed;
+    stack.pop_back();
+  }
+  return !reshaped.count(node) && ranks[node];
+}
+
+// How an op's rule computes size `dim` of its result from its arguments. The dependency walk
+// takes every size listed; the exact walk combines them as `how` says.
+struct DimRule {
+  enum class How {
+    kFixed,      // depends on no size (a constant in a view, an unsqueezed or kept dim)
+    kEqual,      // equals each listed size: the op maps one, or requires them equal (cat)
+    kBroadcast,  // the broadcast of the listed sizes (each is the result's or 1)
+    kSum,        // their sum (cat along its dimension)
+    kNumber,     // the value of the listed number node (a size expression in a view)
+    kDepends,    // computed from them, not as one of the above (a view's -1, a split piece)
+  };
+  How how = How::kFixed;
+  std::vector<std::pair<Node*, int>> from;  // (tensor node, dim), or (number node, -1)
+};
+
+DimRule rule_of(DimRule::How how, std::vector<std::pair<Node*, int>> from = {}) {
+  DimRule rule;
+  rule.how = how;
+  rule.from = std::move(from);
+  return rule;
+}
+
+// Every size of every node argument: what an op without a rule depends on.
+void all_argument_sizes(const Node* node, std::vector<std::pair<Node*, int>>& out) {
+  auto each = [&out](Node* arg) { out.emplace_back(arg, -1); };
+  for (const Arg& arg : node->args) arg.for_each_node(each);
+  for (const auto& kw : node->kwargs) kw.second.for_each_node(each);
+}
+
+// What the number of tensors a split / chunk / unbind returns depends on; false if unknown.
+bool split_count_from(const Node* split, std::vector<std::pair<Node*, int>>& out) {
+  Node* input = split->args.empty() ? nullptr : tensor_arg(&split->args[0]);
+  const bool unbind = base_name_in(split->target_text, {"unbind"});
+  std::optional<int> dim;
+  if (input != nullptr && (unbind || splits(split->target_text))) {
+    dim = dim_arg(arg_at(split, unbind ? 1 : 2, "dim"), rank_of(input), 0);
+  }
+  if (!dim) return false;
+  out.emplace_back(input, *dim);
+  if (unbind) return true;
+  auto each = [&out](Node* arg) { out.emplace_back(arg, -1); };  // split sizes, chunks, indices
+  for (size_t i = 1; i < split->args.size(); ++i) split->args[i].for_each_node(each);
+  for (const auto& [key, arg] : split->kwargs) {
+    if (key != "dim") arg.for_each_node(each);
+  }
+  return true;
+}
+
+// Basic indexing with constants (ints, slices, None, Ellipsis): for output dimension `dim`,
+// the input dimension it comes from (-1: a new dimension of size 1) and the key entry that
+// made it (a slice, or Ellipsis for a dimension taken whole); nullopt if not such an index.
+std::optional<std::pair<int, PyObject*>> index_source(const Node* node, const Node* input,
+                                                      int dim) {
+  if (node->args.size() != 2) return std::nullopt;
+  const Arg& index = node->args[1];
+  std::vector<Arg> key;
+  if (index.kind == Arg::Kind::kTuple ||
+      (index.kind == Arg::Kind::kConst && PyTuple_Check(index.value.ptr()))) {
+    sequence_items(index, key);
+  } else {
+    key = {index};  // one entry; a list is advanced indexing, which no rule here covers
+  }
+  int consumed = 0;
+  int ellipses = 0;
+  for (const Arg& entry : key) {
+    if (entry.kind != Arg::Kind::kConst) return std::nullopt;
+    PyObject* value = entry.value.ptr();
+    if (PyLong_CheckExact(value) || PySlice_Check(value)) {
+      ++consumed;
+    } else if (value == Py_Ellipsis) {
+      ++ellipses;
+    } else if (value != Py_None) {
+      return std::nullopt;
+    }
+  }
+  const int input_rank = rank_of(input);
+  if (ellipses > 1 || consumed > input_rank) return std::nullopt;
+  int in = 0;
+  int out = 0;
+  std::optional<std::pair<int, PyObject*>> found;
+  auto advance = [&](PyObject* value) {
+    if (value == Py_None) {
+      if (out++ == dim) found.emplace(-1, value);
+    } else if (PyLong_CheckExact(value)) {
+      ++in;
+    } else {  // a slice, or a whole dimension
+      if (out++ == dim) found.emplace(in, value);
+      ++in;
+    }
+  };
+  for (const Arg& entry : key) {
+    if (entry.value.ptr() == Py_Ellipsis) {
+      for (int i = 0; i < input_rank - consumed; ++i) advance(Py_Ellipsis);
+    } else {
+      advance(entry.value.ptr());
+    }
+  }
+  while (in < input_rank) advance(Py_Ellipsis);
+  if (out != rank_of(node)) return std::nullopt;
+  return found;
+}
+
+// The dimensions of each tensor argument aligned with `dim` of a result of `rank` dims, right
+// to left as broadcasting aligns them; false if one has more dims than the result or a size
+// that is neither the result's nor 1.
+bool aligned_dims(const Node* node, int dim, std::vector<std::pair<Node*, int>>& out) {
+  const int rank = rank_of(node);
+  auto consider = [&](const Arg& arg) {
+    Node* tensor = tensor_arg(&arg);
+    if (!tensor) return true;
+    if (rank_of(tensor) > rank) return false;
+    const int aligned = dim - (rank - rank_of(tensor));
+    if (aligned < 0) return true;
+    const int64_t size = size_at(tensor, aligned);
+    if (size != size_at(node, dim) && size != 1) return false;
+    out.emplace_back(tensor, aligned);
+    return true;
+  };
+  for (const Arg& arg : node->args) {
+    if (!consider(arg)) return false;
+  }
+  for (const auto& kw : node->kwargs) {
+    if (!consider(kw.second)) return false;
+  }
+  return !out.empty();
+}
+
+// A reduction over constant dims (`x.mean(-1, keepdim=True)`): the kept dimensions are the
+// input's; a reduced one kept as size 1 depends on nothing.
+std::optional<DimRule> reduction_rule(Node* node, int dim) {
+  using How = DimRule::How;
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  const Arg* dims = arg_at(node, 1, "dim");
+  if (!input || !dims) return std::nullopt;
+  const int input_rank = rank_of(input);
+  std::vector<Arg> listed;
+  if (!sequence_items(*dims, listed)) listed = {*dims};
+  std::set<int> reduced;
+  for (const Arg& d : listed) {
+    std::optional<int> at = dim_arg(&d, input_rank, -1);
+    if (!at || *at < 0) return std::nullopt;
+    reduced.insert(*at);
+  }
+  const Arg* keep = arg_at(node, 2, "keepdim");
+  if (keep && (keep->kind != Arg::Kind::kConst || !PyBool_Check(keep->value.ptr()))) {
+    return std::nullopt;
+  }
+  const bool keepdim = keep && keep->value.ptr() == Py_True;
+  if (keepdim) {
+    if (rank_of(node) != input_rank) return std::nullopt;
+    return reduced.count(dim) ? rule_of(How::kFixed) : rule_of(How::kEqual, {{input, dim}});
+  }
+  if (rank_of(node) != input_rank - static_cast<int>(reduced.size())) return std::nullopt;
+  for (int d = 0, kept = 0; d < input_rank; ++d) {
+    if (reduced.count(d)) continue;
+    if (kept++ == dim) return rule_of(How::kEqual, {{input, d}});
+  }
+  return std::nullopt;
+}
+
+std::optional<DimRule> matmul_rule(Node* node, int dim) {
+  using How = DimRule::How;
+  Node* a = tensor_arg(arg_at(node, 0, "input"));
+  Node* b = tensor_arg(arg_at(node, 1, "other"));
+  const int rank = rank_of(node);
+  if (!a || !b || rank_of(a) < 2 || rank_of(b) < 2) return std::nullopt;
+  if (rank != std::max(rank_of(a), rank_of(b))) return std::nullopt;
+  if (dim == rank - 1) return rule_of(How::kEqual, {{b, rank_of(b) - 1}});
+  if (dim == rank - 2) return rule_of(How::kEqual, {{a, rank_of(a) - 2}});
+  DimRule rule = rule_of(How::kBroadcast);  // batch dimensions broadcast
+  for (Node* t : {a, b}) {
+    const int aligned = dim - (rank - rank_of(t));
+    if (aligned >= 0) rule.from.emplace_back(t, aligned);
+  }
+  return rule;
+}
+
+// view / reshape / expand: size `dim` is its shape argument (a constant, or a size
+// expression); -1 there means "the rest" (view, reshape: every size of the input and the
+// other shape arguments) or "the input's" (expand).
+std::optional<DimRule> shape_rule_of_args(Node* node, int dim) {
+  using How = DimRule::How;
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  const std::vector<Arg> shape = shape_args(node);
+  const int rank = rank_of(node);
+  if (!input || static_cast<int>(shape.size()) != rank) return std::nullopt;
+  const Arg& arg = shape[dim];
+  if (arg.kind == Arg::Kind::kNode) return rule_of(How::kNumber, {{arg.node, -1}});
+  std::optional<int64_t> size = const_int(&arg);
+  if (!size || *size < -1) return std::nullopt;
+  if (*size >= 0) return rule_of(How::kFixed);
+  if (base_name_in(node->target_text, {"expand"})) {
+    const int aligned = dim - (rank - rank_of(input));
+    if (aligned < 0) return std::nullopt;
+    return rule_of(How::kEqual, {{input, aligned}});
+  }
+  DimRule rule = rule_of(How::kDepends, {{input, -1}});
+  for (const Arg& other : shape) other.for_each_node([&rule](Node* n) { rule.from.emplace_back(n, -1); });
+  return rule;
+}
+
+// An element of a split / chunk / unbind result: the input's sizes, but along the split
+// dimension the piece's size, which depends on the input's size there and the split sizes.
+std::optional<DimRule> split_item_rule(Node* item, Node* split, int dim) {
+  using How = DimRule::How;
+  Node* input = split->args.empty() ? nullptr : tensor_arg(&split->args[0]);
+  if (!input) return std::nullopt;
+  const int rank = rank_of(item);
+  if (base_name_in(split->target_text, {"unbind"})) {
+    std::optional<int> at = dim_arg(arg_at(split, 1, "dim"), rank_of(input), 0);
+    if (!at || rank_of(input) != rank + 1) return std::nullopt;
+    return rule_of(How::kEqual, {{input, dim < *at ? dim : dim + 1}});
+  }
+  if (!splits(split->target_text) || rank_of(input) != rank) return std::nullopt;
+  std::optional<int> at = dim_arg(arg_at(split, 2, "dim"), rank, 0);
+  if (!at) return std::nullopt;
+  if (dim != *at) return rule_of(How::kEqual, {{input, dim}});
+  DimRule rule = rule_of(How::kDepends);
+  if (!split_count_from(split, rule.from)) all_argument_sizes(split, rule.from);
+  return rule;
+}
+
+// cat / stack: along the joined dimension the sum of the pieces (stack: their number); every
+// other dimension equal in all pieces. A 1-D empty piece is skipped by cat (legacy rule).
+std::optional<DimRule> join_rule(Node* node, int dim) {
+  using How = DimRule::How;
+  const int rank = rank_of(node);
+  const Arg* list = arg_at(node, 0, "tensors");
+  std::vector<Arg> items;
+  if (!list || !sequence_items(*list, items) || items.empty()) return std::nullopt;
+  const bool stack = base_name_in(node->target_text, {"stack"});
+  std::optional<int> at = dim_arg(arg_at(node, 1, "dim"), rank, 0);
+  if (!at) return std::nullopt;
+  if (stack && dim == *at) return rule_of(How::kFixed);  // the number of tensors
+  DimRule rule = rule_of(!stack && dim == *at ? How::kSum : How::kEqual);
+  std::vector<std::pair<Node*, int>> empties;
+  for (const Arg& item : items) {
+    Node* tensor = tensor_arg(&item);
+    if (!tensor) return std::nullopt;
+    const int expected = rank - (stack ? 1 : 0);
+    if (rank_of(tensor) == expected) {
+      rule.from.emplace_back(tensor, stack && dim > *at ? dim - 1 : dim);
+    } else if (!stack && rank_of(tensor) == 1 && size_at(tensor, 0) == 0) {
+      empties.emplace_back(tensor, 0);  // stays empty, or the trace does not hold
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (rule.from.empty()) return std::nullopt;
+  // An empty piece adds 0 to the sum; along the other dimensions it says nothing, so there
+  // the size is only known to depend on the pieces (the empty one's size is guarded too).
+  if (!empties.empty() && rule.how == How::kEqual) rule.how = How::kDepends;
+  rule.from.insert(rule.from.end(), empties.begin(), empties.end());
+  return rule;
+}
+
+// The rule of the op that made `node` for its size `dim`; nullopt where framejit knows none
+// (then the size depends on every size of every argument).
+std::optional<DimRule> dim_rule(Node* node, int dim) {
+  using How = DimRule::How;
+  const std::string& text = node->target_text;
+  const int rank = rank_of(node);
+  if (node->infix == "[]" && !node->args.empty() && node->args[0].kind == Arg::Kind::kNode) {
+    Node* base = node->args[0].node;
+    if (base->tuple_result) return split_item_rule(node, base, dim);
+    if (!is_tensor_node(base)) return std::nullopt;
+    auto source = index_source(node, base, dim);
+    if (!source) return std::nullopt;
+    if (source->first < 0) return rule_of(How::kFixed);  // None: a new dimension of size 1
+    const bool whole = source->second == Py_Ellipsis ||
+                       (PySlice_Check(source->second) &&
+                        reinterpret_cast<PySliceObject*>(source->second)->start == Py_None &&
+                        reinterpret_cast<PySliceObject*>(source->second)->stop == Py_None &&
+                        reinterpret_cast<PySliceObject*>(source->second)->step == Py_None);
+    return rule_of(whole ? How::kEqual : How::kDepends, {{base, source->first}});
+  }
+  if (broadcasts(text)) {
+    DimRule rule = rule_of(How::kBroadcast);
+    if (!aligned_dims(node, dim, rule.from)) return std::nullopt;
+    return rule;
+  }
+  if (base_name_in(text, {"linear"})) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    Node* weight = tensor_arg(arg_at(node, 1, "weight"));
+    if (!input || !weight || rank_of(input) != rank || rank_of(weight) != 2) return std::nullopt;
+    if (dim < rank - 1) return rule_of(How::kEqual, {{input, dim}});
+    if (size_at(weight, 0) != size_at(node, dim)) return std::nullopt;
+    return rule_of(How::kEqual, {{weight, 0}});
+  }
+  if (base_name_in(text, {"matmul", "mm", "bmm"})) return matmul_rule(node, dim);
+  if (base_name_in(text, {"sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "all",
+                          "any", "prod"})) {
+    return reduction_rule(node, dim);
+  }
+  if (base_name_in(text, {"transpose", "swapaxes", "swapdims", "t"})) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    if (!input || rank_of(input) != rank) return std::nullopt;
+    if (base_name_in(text, {"t"})) return rule_of(How::kEqual, {{input, rank == 2 ? 1 - dim : dim}});
+    std::optional<int> a = dim_arg(arg_at(node, 1, "dim0"), rank, -1);
+    std::optional<int> b = dim_arg(arg_at(node, 2, "dim1"), rank, -1);
+    if (!a || !b || *a < 0 || *b < 0) return std::nullopt;
+    return rule_of(How::kEqual, {{input, dim == *a ? *b : dim == *b ? *a : dim}});
+  }
+  if (base_name_in(text, {"permute"})) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    const std::vector<Arg> order = shape_args(node);
+    if (!input || rank_of(input) != rank || static_cast<int>(order.size()) != rank) {
+      return std::nullopt;
+    }
+    std::optional<int> from = dim_arg(&order[dim], rank, -1);
+    if (!from || *from < 0) return std::nullopt;
+    return rule_of(How::kEqual, {{input, *from}});
+  }
+  if (base_name_in(text, {"view", "reshape", "expand"})) return shape_rule_of_args(node, dim);
+  if (base_name_in(text, {"view_as", "reshape_as", "expand_as"})) {
+    Node* other = tensor_arg(arg_at(node, 1, "other"));
+    if (!other || rank_of(other) != rank) return std::nullopt;
+    return rule_of(How::kEqual, {{other, dim}});
+  }
+  if (base_name_in(text, {"unsqueeze"})) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    std::optional<int> at = dim_arg(arg_at(node, 1, "dim"), rank, -1);
+    if (!input || rank_of(input) != rank - 1 || !at || *at < 0) return std::nullopt;
+    if (dim == *at) return rule_of(How::kFixed);
+    return rule_of(How::kEqual, {{input, dim < *at ? dim : dim - 1}});
+  }
+  if (base_name_in(text, {"cat", "concat", "concatenate", "stack"})) return join_rule(node, dim);
+  if (base_name_in(text, {"scaled_dot_product_attention"})) {
+    // (..., L, E) queries, (..., S, Ev) values: the result is (..., L, Ev).
+    Node* q = tensor_arg(arg_at(node, 0, "query"));
+    Node* k = tensor_arg(arg_at(node, 1, "key"));
+    Node* v = tensor_arg(arg_at(node, 2, "value"));
+    if (!q || !k || !v || rank_of(q) != rank || rank < 2) return std::nullopt;
+    if (dim == rank - 1) return rule_of(How::kEqual, {{v, rank_of(v) - 1}});
+    if (dim == rank - 2) return rule_of(How::kEqual, {{q, dim}});
+    DimRule rule = rule_of(How::kBroadcast);
+    for (Node* t : {q, k, v}) {
+      const int aligned = dim - (rank - rank_of(t));
+      if (aligned >= 0) rule.from.emplace_back(t, aligned);
+    }
+    return rule;
+  }
+  if (text == "torch.nn.functional.embedding") {
+    Node* indices = tensor_arg(arg_at(node, 0, "input"));
+    Node* weight = tensor_arg(arg_at(node, 1, "weight"));
+    if (!indices || !weight || rank_of(indices) != rank - 1 || rank_of(weight) != 2) {
+      return std::nullopt;
+    }
+    return rule_of(How::kEqual, {{dim < rank - 1 ? indices : weight, dim < rank - 1 ? dim : 1}});
+  }
+  return std::nullopt;
+}
+
 class Walk {
  public:
   Walk(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, SizeDeps& out)
@@ -127,30 +521,8 @@ class Walk {
   void push(Node* node, int dim) {
     if (seen_.insert({node, dim}).second) todo_.emplace_back(node, dim);
   }
-
-  // Every size of every node argument (the rule for ops without one of their own).
-  void push_arguments(const Node* node) {
-    auto each = [this](Node* arg) { push(arg, -1); };
-    for (const Arg& arg : node->args) arg.for_each_node(each);
-    for (const auto& kw : node->kwargs) kw.second.for_each_node(each);
-  }
-
-  // Whether the number of tensors a split returns depends on sizes `push`ed.
-  void push_split_count(const Node* split) {
-    Node* input = split->args.empty() ? nullptr : tensor_arg(&split->args[0]);
-    const bool unbind = base_name_in(split->target_text, {"unbind"});
-    std::optional<int> dim;
-    if (input != nullptr && (unbind || splits(split->target_text))) {
-      dim = dim_arg(arg_at(split, unbind ? 1 : 2, "dim"), rank_of(input), 0);
-    }
-    if (!dim) return push_arguments(split);
-    push(input, *dim);
-    if (unbind) return;
-    auto each = [this](Node* arg) { push(arg, -1); };  // split sizes, chunks, indices
-    for (size_t i = 1; i < split->args.size(); ++i) split->args[i].for_each_node(each);
-    for (const auto& [key, arg] : split->kwargs) {
-      if (key != "dim") arg.for_each_node(each);
-    }
+  void push_all(const std::vector<std::pair<Node*, int>>& dims) {
+    for (const auto& [node, dim] : dims) push(node, dim);
   }
 
   void run() {
@@ -177,6 +549,7 @@ class Walk {
       }
       return;
     }
+    std::vector<std::pair<Node*, int>> from;
     if (dim < 0) {
       if (node->kind == NodeKind::kCallMethod && node->target_text == "size" &&
           node->args.size() == 2 && tensor_arg(&node->args[0])) {
@@ -188,7 +561,8 @@ class Walk {
         for (int d = 0; d < rank_of(node); ++d) push(node, d);
         return;
       }
-      return push_arguments(node);  // a number computed from sizes, or a tuple result
+      all_argument_sizes(node, from);  // a number computed from sizes, or a tuple result
+      return push_all(from);
     }
     if (!is_tensor_node(node) || dim >= rank_of(node)) {
       out_.all = true;  // not a size framejit asks for; be safe
@@ -196,311 +570,11 @@ class Walk {
     }
     // The rules map dimensions by position, which holds only if no rank on the way depends on
     // a size; otherwise every size of the arguments counts.
-    if (!rank_is_fixed(node) || !shape_rule(node, dim)) push_arguments(node);
-  }
-
-  // Pushes what size `dim` of `node` depends on by the rule of its op; false if no rule holds.
-  bool shape_rule(Node* node, int dim) {
-    const std::string& text = node->target_text;
-    const int rank = rank_of(node);
-    if (node->infix == "[]" && !node->args.empty() && node->args[0].kind == Arg::Kind::kNode) {
-      Node* base = node->args[0].node;
-      if (base->tuple_result) return split_item(node, base, dim);
-      if (is_tensor_node(base)) return index_rule(node, base, dim);
-      return false;
-    }
-    if (broadcasts(text)) return broadcast_rule(node, dim);
-    if (base_name_in(text, {"linear"})) {
-      Node* input = tensor_arg(arg_at(node, 0, "input"));
-      Node* weight = tensor_arg(arg_at(node, 1, "weight"));
-      if (!input || !weight || rank_of(input) != rank || rank_of(weight) != 2) return false;
-      if (dim < rank - 1) return push(input, dim), true;
-      if (size_at(weight, 0) != size_at(node, dim)) return false;
-      return push(weight, 0), true;
-    }
-    if (base_name_in(text, {"matmul", "mm", "bmm"})) return matmul_rule(node, dim);
-    if (base_name_in(text, {"sum", "mean", "nansum", "nanmean", "amax", "amin", "logsumexp", "all",
-                            "any", "prod"})) {
-      return reduction_rule(node, dim);
-    }
-    if (base_name_in(text, {"transpose", "swapaxes", "swapdims", "t"})) {
-      Node* input = tensor_arg(arg_at(node, 0, "input"));
-      if (!input || rank_of(input) != rank) return false;
-      if (base_name_in(text, {"t"})) return push(input, rank == 2 ? 1 - dim : dim), true;
-      std::optional<int> a = dim_arg(arg_at(node, 1, "dim0"), rank, -1);
-      std::optional<int> b = dim_arg(arg_at(node, 2, "dim1"), rank, -1);
-      if (!a || !b || *a < 0 || *b < 0) return false;
-      return push(input, dim == *a ? *b : dim == *b ? *a : dim), true;
-    }
-    if (base_name_in(text, {"permute"})) {
-      Node* input = tensor_arg(arg_at(node, 0, "input"));
-      const std::vector<Arg> order = shape_args(node);
-      if (!input || rank_of(input) != rank || static_cast<int>(order.size()) != rank) {
-        return false;
-      }
-      std::optional<int> from = dim_arg(&order[dim], rank, -1);
-      if (!from || *from < 0) return false;
-      return push(input, *from), true;
-    }
-    if (base_name_in(text, {"view", "reshape", "expand"})) return shape_rule_of_args(node, dim);
-    if (base_name_in(text, {"view_as", "reshape_as", "expand_as"})) {
-      Node* other = tensor_arg(arg_at(node, 1, "other"));
-      if (!other || rank_of(other) != rank) return false;
-      return push(other, dim), true;
-    }
-    if (base_name_in(text, {"unsqueeze"})) {
-      Node* input = tensor_arg(arg_at(node, 0, "input"));
-      std::optional<int> at = dim_arg(arg_at(node, 1, "dim"), rank, -1);
-      if (!input || rank_of(input) != rank - 1 || !at || *at < 0) return false;
-      if (dim != *at) push(input, dim < *at ? dim : dim - 1);
-      return true;
-    }
-    if (base_name_in(text, {"cat", "concat", "concatenate", "stack"})) {
-      const Arg* list = arg_at(node, 0, "tensors");
-      std::vector<Arg> items;
-      if (!list || !sequence_items(*list, items) || items.empty()) return false;
-      const bool stack = base_name_in(text, {"stack"});
-      std::optional<int> at = stack ? dim_arg(arg_at(node, 1, "dim"), rank, 0) : 0;
-      if (!at) return false;
-      for (const Arg& item : items) {
-        Node* tensor = tensor_arg(&item);
-        if (!tensor || rank_of(tensor) != rank - (stack ? 1 : 0)) return false;
-      }
-      if (stack && dim == *at) return true;  // the number of tensors
-      for (const Arg& item : items) push(item.node, stack && dim > *at ? dim - 1 : dim);
-      return true;
-    }
-    if (base_name_in(text, {"scaled_dot_product_attention"})) {
-      // (..., L, E) queries, (..., S, Ev) values: the result is (..., L, Ev).
-      Node* q = tensor_arg(arg_at(node, 0, "query"));
-      Node* k = tensor_arg(arg_at(node, 1, "key"));
-      Node* v = tensor_arg(arg_at(node, 2, "value"));
-      if (!q || !k || !v || rank_of(q) != rank || rank < 2) return false;
-      if (dim == rank - 1) return push(v, rank_of(v) - 1), true;
-      if (dim == rank - 2) return push(q, dim), true;
-      for (Node* t : {q, k, v}) {
-        const int aligned = dim - (rank - rank_of(t));
-        if (aligned >= 0) push(t, aligned);
-      }
-      return true;
-    }
-    if (text == "torch.nn.functional.embedding") {
-      Node* indices = tensor_arg(arg_at(node, 0, "input"));
-      Node* weight = tensor_arg(arg_at(node, 1, "weight"));
-      if (!indices || !weight || rank_of(indices) != rank - 1 || rank_of(weight) != 2) {
-        return false;
-      }
-      return push(dim < rank - 1 ? indices : weight, dim < rank - 1 ? dim : 1), true;
-    }
-    return false;
-  }
-
-  // Right-aligned broadcasting: each tensor argument's dimension at the same place from the
-  // end, where it has one.
-  bool broadcast_rule(Node* node, int dim) {
-    const int rank = rank_of(node);
-    std::vector<std::pair<Node*, int>> found;
-    auto consider = [&](const Arg& arg) {
-      Node* tensor = tensor_arg(&arg);
-      if (!tensor) return true;
-      if (rank_of(tensor) > rank) return false;
-      const int aligned = dim - (rank - rank_of(tensor));
-      if (aligned < 0) return true;
-      const int64_t size = size_at(tensor, aligned);
-      if (size != size_at(node, dim) && size != 1) return false;
-      found.emplace_back(tensor, aligned);
-      return true;
-    };
-    for (const Arg& arg : node->args) {
-      if (!consider(arg)) return false;
-    }
-    for (const auto& kw : node->kwargs) {
-      if (!consider(kw.second)) return false;
-    }
-    if (found.empty()) return false;
-    for (const auto& [tensor, aligned] : found) push(tensor, aligned);
-    return true;
-  }
-
-  // A reduction over constant dims (`x.mean(-1, keepdim=True)`): the kept dimensions are the
-  // input's; a reduced one kept as size 1 depends on nothing.
-  bool reduction_rule(Node* node, int dim) {
-    Node* input = tensor_arg(arg_at(node, 0, "input"));
-    const Arg* dims = arg_at(node, 1, "dim");
-    if (!input || !dims) return false;
-    const int input_rank = rank_of(input);
-    std::vector<Arg> listed;
-    if (!sequence_items(*dims, listed)) listed = {*dims};
-    std::set<int> reduced;
-    for (const Arg& d : listed) {
-      std::optional<int> at = dim_arg(&d, input_rank, -1);
-      if (!at || *at < 0) return false;
-      reduced.insert(*at);
-    }
-    const Arg* keep = arg_at(node, 2, "keepdim");
-    if (keep && (keep->kind != Arg::Kind::kConst || !PyBool_Check(keep->value.ptr()))) return false;
-    const bool keepdim = keep && keep->value.ptr() == Py_True;
-    if (keepdim) {
-      if (rank_of(node) != input_rank) return false;
-      if (!reduced.count(dim)) push(input, dim);
-      return true;
-    }
-    if (rank_of(node) != input_rank - static_cast<int>(reduced.size())) return false;
-    for (int d = 0, kept = 0; d < input_rank; ++d) {
-      if (reduced.count(d)) continue;
-      if (kept++ == dim) return push(input, d), true;
-    }
-    return false;
-  }
-
-  bool matmul_rule(Node* node, int dim) {
-    Node* a = tensor_arg(arg_at(node, 0, "input"));
-    Node* b = tensor_arg(arg_at(node, 1, "other"));
-    const int rank = rank_of(node);
-    if (!a || !b || rank_of(a) < 2 || rank_of(b) < 2) return false;
-    if (rank != std::max(rank_of(a), rank_of(b))) return false;
-    if (dim == rank - 1) return push(b, rank_of(b) - 1), true;
-    if (dim == rank - 2) return push(a, rank_of(a) - 2), true;
-    for (Node* t : {a, b}) {  // batch dimensions broadcast
-      const int aligned = dim - (rank - rank_of(t));
-      if (aligned >= 0) push(t, aligned);
-    }
-    return true;
-  }
-
-  // view / reshape / expand: size `dim` is its shape argument (a constant, or a size
-  // expression); -1 there means "the rest" (view, reshape: every size of the input and the
-  // other shape arguments) or "the input's" (expand).
-  bool shape_rule_of_args(Node* node, int dim) {
-    Node* input = tensor_arg(arg_at(node, 0, "input"));
-    const std::vector<Arg> shape = shape_args(node);
-    const int rank = rank_of(node);
-    if (!input || static_cast<int>(shape.size()) != rank) return false;
-    const Arg& arg = shape[dim];
-    if (arg.kind == Arg::Kind::kNode) return push(arg.node, -1), true;
-    std::optional<int64_t> size = const_int(&arg);
-    if (!size || *size < -1) return false;
-    if (*size >= 0) return true;
-    if (base_name_in(node->target_text, {"expand"})) {
-      const int aligned = dim - (rank - rank_of(input));
-      if (aligned < 0) return false;
-      return push(input, aligned), true;
-    }
-    push(input, -1);
-    for (const Arg& other : shape) other.for_each_node([this](Node* n) { push(n, -1); });
-    return true;
-  }
-
-  // An element of a split / chunk / unbind result: the input's sizes, but along the split
-  // dimension the piece's size, which depends on the input's size there and the split sizes.
-  bool split_item(Node* item, Node* split, int dim) {
-    Node* input = split->args.empty() ? nullptr : tensor_arg(&split->args[0]);
-    if (!input) return false;
-    const int rank = rank_of(item);
-    if (base_name_in(split->target_text, {"unbind"})) {
-      std::optional<int> at = dim_arg(arg_at(split, 1, "dim"), rank_of(input), 0);
-      if (!at || rank_of(input) != rank + 1) return false;
-      return push(input, dim < *at ? dim : dim + 1), true;
-    }
-    if (!splits(split->target_text) || rank_of(input) != rank) return false;
-    std::optional<int> at = dim_arg(arg_at(split, 2, "dim"), rank, 0);
-    if (!at) return false;
-    if (dim == *at) push_split_count(split);
-    else push(input, dim);
-    return true;
-  }
-
-  // Basic indexing with constants (ints, slices, None, Ellipsis): a sliced dimension's size
-  // depends on the input's size there, an int removes one, None adds a 1.
-  bool index_rule(Node* node, Node* input, int dim) {
-    if (node->args.size() != 2) return false;
-    const Arg& index = node->args[1];
-    std::vector<Arg> key;
-    if (index.kind == Arg::Kind::kTuple ||
-        (index.kind == Arg::Kind::kConst && PyTuple_Check(index.value.ptr()))) {
-      sequence_items(index, key);
-    } else {
-      key = {index};  // one entry; a list is advanced indexing, which no rule here covers
-    }
-    int consumed = 0;
-    int ellipses = 0;
-    for (const Arg& entry : key) {
-      if (entry.kind != Arg::Kind::kConst) return false;
-      PyObject* value = entry.value.ptr();
-      if (PyLong_CheckExact(value) || PySlice_Check(value)) {
-        ++consumed;
-      } else if (value == Py_Ellipsis) {
-        ++ellipses;
-      } else if (value != Py_None) {
-        return false;
-      }
-    }
-    const int input_rank = rank_of(input);
-    if (ellipses > 1 || consumed > input_rank) return false;
-    int in = 0;
-    int out = 0;
-    int found = -2;  // -2: not reached, -1: a new dimension, else the input's
-    auto advance = [&](PyObject* value) {
-      if (value == Py_None) {
-        if (out++ == dim) found = -1;
-      } else if (PyLong_CheckExact(value)) {
-        ++in;
-      } else {  // a slice, or a whole dimension
-        if (out++ == dim) found = in;
-        ++in;
-      }
-    };
-    for (const Arg& entry : key) {
-      if (entry.value.ptr() == Py_Ellipsis) {
-        for (int i = 0; i < input_rank - consumed; ++i) advance(Py_Ellipsis);
-      } else {
-        advance(entry.value.ptr());
-      }
-    }
-    while (in < input_rank) advance(Py_Ellipsis);
-    if (out != rank_of(node) || found == -2) return false;
-    if (found >= 0) push(input, found);
-    return true;
-  }
-
-  // Whether node's rank is the same for any sizes of the inputs: no squeeze() and no tensor
-  // reshaped in place among the nodes it is computed from. Memoised across walks; iterative,
-  // as chains can be thousands of nodes long.
-  bool rank_is_fixed(Node* node) {
-    std::vector<Node*> stack{node};
-    while (!stack.empty()) {
-      Node* top = stack.back();
-      if (ranks_.count(top)) {
-        stack.pop_back();
-        continue;
-      }
-      if (top->kind == NodeKind::kPlaceholder ||
-          base_name_in(top->target_text, {"squeeze", "squeeze_", "squeeze_copy"})) {
-        ranks_[top] = top->kind == NodeKind::kPlaceholder;
-        stack.pop_back();
-        continue;
-      }
-      bool fixed = true;
-      std::vector<Node*> pending;
-      auto check = [&](Node* arg) {
-        if (reshaped_.count(arg)) {
-          fixed = false;
-        } else if (auto found = ranks_.find(arg); found != ranks_.end()) {
-          fixed = fixed && found->second;
-        } else {
-          pending.push_back(arg);
-        }
-      };
-      for (const Arg& arg : top->args) arg.for_each_node(check);
-      for (const auto& kw : top->kwargs) kw.second.for_each_node(check);
-      if (fixed && !pending.empty()) {  // its arguments first
-        stack.insert(stack.end(), pending.begin(), pending.end());
-        continue;
-      }
-      ranks_[top] = fixed;
-      stack.pop_back();
-    }
-    return !reshaped_.count(node) && ranks_[node];
+    std::optional<DimRule> rule;
+    if (rank_is_fixed(node, reshaped_, ranks_)) rule = dim_rule(node, dim);
+    if (rule) return push_all(rule->from);
+    all_argument_sizes(node, from);
+    push_all(from);
   }
 
   const std::unordered_set<Node*>& reshaped_;
@@ -508,6 +582,204 @@ class Walk {
   SizeDeps& out_;
   std::set<std::pair<Node*, int>> seen_;
   std::vector<std::pair<Node*, int>> todo_;
+};
+
+// Sums of input sizes times ints: the exact walk's arithmetic, nullopt on overflow.
+constexpr int64_t kLargestOffset = int64_t{1} << 40;
+
+bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
+  for (const auto& [key, factor] : other.terms) {
+    int64_t& slot = into.terms[key];
+    slot += scale * factor;
+    if (slot == 0) into.terms.erase(key);
+  }
+  into.offset += scale * other.offset;
+  return into.offset < kLargestOffset && into.offset > -kLargestOffset;
+}
+
+class Exact {
+ public:
+  Exact(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, ExactMemo& memo)
+      : reshaped_(reshaped), ranks_(ranks), memo_(memo) {}
+
+  std::optional<LinearSize> size(Node* node, int dim) {
+    auto key = std::make_pair(node, dim);
+    if (auto found = memo_.find(key); found != memo_.end()) return found->second;
+    if (depth_ > kDeepest) return std::nullopt;  // not memoised: a shallower walk may know
+    ++depth_;
+    std::optional<LinearSize> result = compute(node, dim);
+    --depth_;
+    // The sum must give the size the trace sees (a rule applied wrongly gives up here).
+    if (result && dim >= 0 && value_now(*result) != size_at(node, dim)) result.reset();
+    memo_[key] = result;
+    return result;
+  }
+
+ private:
+  static constexpr int kDeepest = 2000;
+
+  static int64_t value_now(const LinearSize& size) {
+    int64_t total = size.offset;
+    for (const auto& [key, factor] : size.terms) total += factor * size_at(key.first, key.second);
+    return total;
+  }
+
+  std::optional<LinearSize> compute(Node* node, int dim) {
+    if (reshaped_.count(node)) return std::nullopt;
+    if (dim < 0) return number(node);
+    if (!is_tensor_node(node) || dim >= rank_of(node)) return std::nullopt;
+    if (node->kind == NodeKind::kPlaceholder) {
+      LinearSize term;
+      term.terms[{node, dim}] = 1;
+      return term;
+    }
+    if (!rank_is_fixed(node, reshaped_, ranks_)) return std::nullopt;
+    std::optional<LinearSize> result;
+    if (std::optional<DimRule> rule = dim_rule(node, dim)) result = combine(node, dim, *rule);
+    if (!result && base_name_in(node->target_text, {"arange"})) result = arange(node, dim);
+    if (result) return result;
+    // A size that depends on no input size is the constant it has now.
+    SizeDeps deps;
+    add_size_deps(node, dim, reshaped_, ranks_, deps);
+    if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return std::nullopt;
+    LinearSize fixed;
+    fixed.offset = size_at(node, dim);
+    return fixed;
+  }
+
+  std::optional<LinearSize> combine(Node* node, int dim, const DimRule& rule) {
+    using How = DimRule::How;
+    switch (rule.how) {
+      case How::kFixed: {
+        LinearSize fixed;
+        fixed.offset = size_at(node, dim);
+        return fixed;
+      }
+      case How::kNumber:
+        return size(rule.from[0].first, -1);
+      case How::kSum: {
+        LinearSize total;
+        for (const auto& [from, d] : rule.from) {
+          std::optional<LinearSize> part = size(from, d);
+          if (!part || !add_scaled(total, *part, 1)) return std::nullopt;
+        }
+        return total;
+      }
+      case How::kEqual: {  // any one that is known (they are equal, or the op fails)
+        for (const auto& [from, d] : rule.from) {
+          if (std::optional<LinearSize> part = size(from, d)) return part;
+        }
+        return std::nullopt;
+      }
+      case How::kBroadcast: {
+        // A constant other than 1 is the result (the others equal it, are 1, or the op
+        // fails); constant 1s drop out; the rest must all be the same sum.
+        std::optional<LinearSize> chosen;
+        for (const auto& [from, d] : rule.from) {
+          std::optional<LinearSize> part = size(from, d);
+          if (!part) return std::nullopt;
+          if (part->terms.empty()) {
+            if (part->offset != 1) return part;
+            continue;
+          }
+          if (chosen && !(*chosen == *part)) return std::nullopt;
+          chosen = part;
+        }
+        if (chosen) return chosen;
+        LinearSize one;
+        one.offset = 1;
+        return one;
+      }
+      case How::kDepends:
+        return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+  // The value of a number node: a size, sums and differences of them, an int times one.
+  std::optional<LinearSize> number(Node* node) {
+    if (node->kind == NodeKind::kCallMethod && node->target_text == "size" &&
+        node->args.size() == 2 && tensor_arg(&node->args[0])) {
+      Node* tensor = node->args[0].node;
+      std::optional<int> d = dim_arg(&node->args[1], rank_of(tensor), -1);
+      if (!d || *d < 0) return std::nullopt;
+      return size(tensor, *d);
+    }
+    if (node->kind == NodeKind::kPlaceholder || node->infix.empty()) return std::nullopt;
+    LinearSize result;
+    if (node->args.size() == 1 && (node->infix == "-" || node->infix == "+")) {
+      std::optional<LinearSize> only = argument(node->args[0]);
+      if (!only || !add_scaled(result, *only, node->infix == "-" ? -1 : 1)) return std::nullopt;
+      return result;
+    }
+    if (node->args.size() != 2) return std::nullopt;
+    std::optional<LinearSize> a = argument(node->args[0]);
+    std::optional<LinearSize> b = argument(node->args[1]);
+    if (!a || !b) return std::nullopt;
+    if (node->infix == "+" || node->infix == "-") {
+      result = *a;
+      if (!add_scaled(result, *b, node->infix == "-" ? -1 : 1)) return std::nullopt;
+      return result;
+    }
+    if (node->infix == "*" && (a->terms.empty() || b->terms.empty())) {
+      const bool a_constant = a->terms.empty();
+      const int64_t scale = a_constant ? a->offset : b->offset;
+      if (scale >= kLargestOffset || scale <= -kLargestOffset) return std::nullopt;
+      if (!add_scaled(result, a_constant ? *b : *a, scale)) return std::nullopt;
+      return result;
+    }
+    return std::nullopt;
+  }
+
+  std::optional<LinearSize> argument(const Arg& arg) {
+    if (arg.kind == Arg::Kind::kNode) {
+      const Node* n = arg.node;
+      if (n->tuple_result || n->metas.size() != 1 || !n->metas[0].scalar ||
+          n->metas[0].dtype != "i64") {
+        return std::nullopt;  // a tensor, or a number that is not an int
+      }
+      return size(arg.node, -1);
+    }
+    std::optional<int64_t> value = const_int(&arg);
+    if (!value || *value >= kLargestOffset || *value <= -kLargestOffset) return std::nullopt;
+    LinearSize constant;
+    constant.offset = *value;
+    return constant;
+  }
+
+  // torch.arange(end), (start, end), (start, end, 1) with int bounds: end - start, when that
+  // can never be negative (every factor and the constant at least 0).
+  std::optional<LinearSize> arange(Node* node, int dim) {
+    if (dim != 0 || rank_of(node) != 1) return std::nullopt;
+    std::vector<const Arg*> bounds;
+    for (const Arg& arg : node->args) bounds.push_back(&arg);
+    for (const auto& [key, arg] : node->kwargs) {
+      if (key == "start" || key == "end" || key == "step") return std::nullopt;
+    }
+    if (bounds.size() == 3) {
+      std::optional<int64_t> step = const_int(bounds[2]);
+      if (!step || *step != 1) return std::nullopt;
+      bounds.pop_back();
+    }
+    if (bounds.empty() || bounds.size() > 2) return std::nullopt;
+    std::optional<LinearSize> end = argument(*bounds.back());
+    if (!end) return std::nullopt;
+    LinearSize length = *end;
+    if (bounds.size() == 2) {
+      std::optional<LinearSize> start = argument(*bounds[0]);
+      if (!start || !add_scaled(length, *start, -1)) return std::nullopt;
+    }
+    if (length.offset < 0) return std::nullopt;
+    for (const auto& [key, factor] : length.terms) {
+      if (factor < 0) return std::nullopt;
+    }
+    return length;
+  }
+
+  const std::unordered_set<Node*>& reshaped_;
+  RankMemo& ranks_;
+  ExactMemo& memo_;
+  int depth_ = 0;
 };
 
 }  // namespace
@@ -522,8 +794,20 @@ void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshape
 void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
                           RankMemo& ranks, SizeDeps& out) {
   Walk walk(reshaped, ranks, out);
-  walk.push_split_count(split);
+  std::vector<std::pair<Node*, int>> from;
+  if (!split_count_from(split, from)) all_argument_sizes(split, from);
+  walk.push_all(from);
   walk.run();
+}
+
+bool LinearSize::operator==(const LinearSize& other) const {
+  return offset == other.offset && terms == other.terms;
+}
+
+std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+                                     RankMemo& ranks, ExactMemo& memo) {
+  Exact exact(reshaped, ranks, memo);
+  return exact.size(node, dim);
 }
 
 }  // namespace framejit

@@ -7,6 +7,8 @@
 // rule for depends on every size of every argument (a superset, so always safe).
 #pragma once
 
+#include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <unordered_set>
@@ -35,5 +37,23 @@ void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshape
 // Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on.
 void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
                           RankMemo& ranks, SizeDeps& out);
+
+// A size known exactly from input sizes: the sum of factor * size `dim` of a tensor
+// placeholder, plus a constant. `q.shape[2]` after `x.view(B, T, nh, hs).transpose(1, 2)` is
+// 1 * x's size 1; the key of a cache concatenated onto the new keys is past + new.
+struct LinearSize {
+  std::map<std::pair<Node*, int>, int64_t> terms;  // (tensor placeholder, dim) -> factor != 0
+  int64_t offset = 0;
+  bool operator==(const LinearSize& other) const;
+};
+// Results of exact_size by (node, dim), valid while no node is added to `reshaped`.
+using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;
+
+// Size `dim` of tensor node `node` (dim -1: the value of an int node) as a LinearSize, where
+// the rules of the ops that made it say exactly what it is (a transpose moves a size, a view
+// takes its size expression, cat adds its pieces', broadcasting keeps the one that is not 1,
+// a size that depends on no input is a constant); nullopt where they do not.
+std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+                                     RankMemo& ranks, ExactMemo& memo);
 
 }  // namespace framejit

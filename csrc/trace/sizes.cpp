@@ -238,6 +238,7 @@ void SizeTracker::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
   }
   // Sizes read from it from now on are not those of the node that made it.
   reshaped_.insert(tensor->node);
+  exact_.clear();
 }
 
 void SizeTracker::make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs) {
@@ -270,6 +271,12 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
   return Value::constant(value->obj);
 }
 
+std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value) {
+  Node* node = value->size_of ? value->size_of->node : nullptr;
+  if (node == nullptr) return std::nullopt;
+  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_);
+}
+
 std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
   if (value->kind != VKind::kSymNum || !value->size_of) return {-1, -1};
   Node* node = value->size_of->node;
@@ -292,9 +299,22 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (value->obj.ptr() != Py_True) rel = negated(rel);
   if (ValuePtr decided = decide_empty(value, rel)) return decided;
   // Both sides as sums of inputs' sizes times ints plus an int (`kv_length == q_length` with
-  // kv_length = q_length + past): their difference decides what to guard.
-  std::map<std::pair<const Value*, int>, std::pair<int64_t, ValuePtr>> terms;  // by tensor, dim
+  // kv_length = q_length + past): their difference decides what to guard. A size of a tensor
+  // the graph made counts as the input sizes it is exactly (exact_size), else as itself (it
+  // then cancels only against itself).
+  struct Term {
+    int64_t factor = 0;
+    int slot = -1;  // the input slot of a placeholder's size, -1 for any other size
+    int dim = -1;
+  };
+  std::map<std::pair<const void*, int>, Term> terms;
   int64_t offset = 0;
+  auto add_term = [&](const void* key, int dim, int64_t factor, int slot) {
+    Term& term = terms[{key, dim}];
+    term.factor += factor;
+    term.slot = slot;
+    term.dim = dim;
+  };
   std::function<bool(const ValuePtr&, int64_t)> linear = [&](const ValuePtr& v, int64_t scale) {
     if (v->is_const() && PyLong_CheckExact(v->obj.ptr())) {
       int overflow = 0;
@@ -305,9 +325,15 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     }
     if (v->kind != VKind::kSymNum) return false;
     if (v->size_of) {  // size d of a tensor (an input's, or one the graph makes)
-      auto& term = terms[{v->size_of.get(), v->size_dim}];
-      term.first += scale;
-      term.second = v;
+      std::optional<LinearSize> exact = exact_size_of(v);
+      if (!exact) {
+        add_term(v->size_of.get(), v->size_dim, scale, -1);
+        return true;
+      }
+      for (const auto& [key, factor] : exact->terms) {
+        add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
+      }
+      offset += scale * exact->offset;
       return true;
     }
     if (!v->fn) return false;
@@ -323,9 +349,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
     bool inputs = true;
     for (const auto& [key, term] : terms) {
-      if (term.first == 0) continue;
-      left.emplace_back(input_size_of(term.second), term.first);
-      inputs = inputs && left.back().first.first >= 0;
+      if (term.factor == 0) continue;
+      left.emplace_back(std::make_pair(term.slot, term.dim), term.factor);
+      inputs = inputs && term.slot >= 0;
     }
     // The same sizes on both sides cancel: true or false whatever the sizes (`q + 0 == q`).
     if (left.empty()) return Value::constant(value->obj);
@@ -416,7 +442,14 @@ ValuePtr SizeTracker::size_range(const ValuePtr& value, std::pair<int, int> size
       range.lo = range.hi = c;
       range.outside = true;
   }
-  dim_ranges_[size.first].push_back(range);
+  std::vector<TensorSpec::DimRange>& ranges = dim_ranges_[size.first];
+  for (const TensorSpec::DimRange& known : ranges) {
+    if (known.dim == range.dim && known.lo == range.lo && known.hi == range.hi &&
+        known.outside == range.outside) {
+      return Value::constant(value->obj);  // guarded already (each layer asks again)
+    }
+  }
+  ranges.push_back(range);
   dim_reads_.push_back(fmt::format("{}.size({}) {} {}: a comparison at {}",
                                    entry_.sources().at(size.first).text, size.second,
                                    relation_text(rel), c, recorder_.site().here()));

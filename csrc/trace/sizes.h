@@ -113,6 +113,9 @@ class SizeTracker {
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
   RankMemo ranks_;
+  ExactMemo exact_;
+  // Size `size_dim` of the tensor `value` is a size of, as exact input sizes (exact_size).
+  std::optional<LinearSize> exact_size_of(const ValuePtr& value);
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
   std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;
   // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.

@@ -197,22 +197,26 @@ def run_diverging(rank, name, out):
         error = str(e)
     with open(f"{out}.rank{rank}", "w") as f:
         json.dump(dict(error=error, seconds=time.perf_counter() - start, steps=len(steps)), f)
-    # A rank that raised leaves the others inside DDP's next all-reduce: they end when the
-    # group goes (the gloo timeout of this scenario), as a real job ends on an error. Rank 0
-    # holds the group's store: it waits (5 s at most) for every other rank that raised to be
-    # done reading it, so their checks finish before the store goes.
+    # A rank that raised leaves the others inside DDP's next all-reduce. Where only some ranks
+    # raise (rank_recompiles) it exits with an error, and the launcher (mp.spawn, as torchrun
+    # does) ends the others: a rank in a collective whose peer is gone may hang in the
+    # teardown. Where every rank raises (rank_scaled) all exit cleanly; rank 0 holds the
+    # group's store and waits (5 s at most) for every other rank to be done reading it, so
+    # their checks finish before the store goes.
     if error:
         import datetime
         store = dist.distributed_c10d._get_default_store()
         store.set(f"worker/raised/{rank}", "1")
-        if rank == 0 and name == "rank_scaled":  # there every rank raises
+        every_rank_raises = name == "rank_scaled"
+        if rank == 0 and every_rank_raises:
             keys = [f"worker/raised/{r}" for r in range(1, dist.get_world_size())]
             try:
                 store.wait(keys, datetime.timedelta(seconds=5))
             except Exception:  # noqa: BLE001  (the test then finds a rank's result missing)
                 pass
-        os._exit(0)
-
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if every_rank_raises else 1)
 
 def run_ddp(rank, name, out):
     make, batch, loss_fn, ddp_kwargs = scenario_setup(name)
@@ -354,14 +358,27 @@ def rank_main(rank, world, port, name, out):
     # split its sums differently from one call to the next under load (the eager and compiled
     # runs would then differ in the last bits).
     torch.set_num_threads(1)
+    target = (run_fsdp if name.startswith("fsdp") else
+              run_diverging if name in ("rank_scaled", "rank_recompiles") else
+              run_zoo if name == "zoo" else
+              run_bench if name.startswith("bench:") else run_ddp)
     try:
-        target = (run_fsdp if name.startswith("fsdp") else
-                  run_diverging if name in ("rank_scaled", "rank_recompiles") else
-                  run_zoo if name == "zoo" else
-                  run_bench if name.startswith("bench:") else run_ddp)
         target(rank, name, out)
-    finally:
-        dist.destroy_process_group()
+    except BaseException:
+        # Not destroy_process_group(): with a peer left inside a collective it can hang. The
+        # error is printed and the process ends; mp.spawn then ends the other ranks.
+        import traceback
+        traceback.print_exc()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    dist.destroy_process_group()
+    # Ended here, not by interpreter shutdown: gloo's and the store's threads racing the
+    # teardown of the interpreter can abort a process that finished its work
+    # ("terminate called without an active exception").
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def free_port():

@@ -82,7 +82,8 @@ def test_ranks_specialising_on_different_values_raise_naming_the_guard(tmp_path)
 def test_a_recompile_on_one_rank_only_raises_within_the_timeout(tmp_path):
     # After 2 steps rank 1 alone changes `scale`: it recompiles, waits 3 s
     # (config.rank_check_timeout_s) for rank 0 to compile the same, and raises naming the guard
-    # that failed. Rank 0, left in DDP's next all-reduce, ends when rank 1's process goes.
+    # that failed. Rank 0, left in DDP's next all-reduce, is ended by the launcher when rank 1
+    # exits with the error.
     rank0, rank1 = run_ranks("rank_recompiles", 2, tmp_path, must_succeed=False)
     assert rank0 is None
     assert rank1["steps"] == 2 and 3 <= rank1["seconds"] < 20

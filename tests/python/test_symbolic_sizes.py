@@ -292,3 +292,76 @@ def test_numel_compared_with_zero_guards_each_size_at_least_one():
     assert counter.frame_count == 1
     counter = run_sizes(empty_or_doubled, [(2, 3), (0, 3), (5, 0), (4, 4)])
     assert counter.frame_count == 3  # (4, 4) runs the first graph; an empty one pins its sizes
+
+
+def split_heads_and_positions(x):
+    # transformers' mask and attention code: sizes of tensors the graph makes, compared.
+    q = x.view(x.size(0), x.size(1), 2, -1).transpose(1, 2)  # (B, 2, T, C / 2)
+    positions = torch.arange(0, 0 + q.shape[2])
+    if positions.shape[0] == 1:  # T == 1? False: guarded T != 1
+        return q.sum()
+    if q.shape[2] > 1 and q.shape[-2] == x.shape[1]:  # T > 1: a range; T == T: no guard
+        return (q * positions[:, None]).sum(1)
+    return q
+
+
+def test_sizes_of_tensors_the_graph_makes_compare_as_the_input_sizes_they_are(caplog):
+    # q.shape[2] is exactly x's size 1 (a transpose of a view taking x.size(1)), arange's length
+    # is its bound: the comparisons guard ranges of x's size 1, and a new batch size or length
+    # runs the same graph. A length of 1 is outside the range: it compiles again.
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    try:
+        counter = run_sizes(split_heads_and_positions, [(2, 5, 8), (3, 7, 8), (4, 9, 8), (1, 2, 8)])
+        assert counter.frame_count == 1
+        counter = run_sizes(split_heads_and_positions, [(2, 5, 8), (2, 1, 8), (3, 1, 8)])
+        assert counter.frame_count == 2
+    finally:
+        framejit.set_logs()
+    err = "\n".join(r.getMessage() for r in caplog.records)
+    assert "size(1) outside [1, 1], size(1) in [2, inf])" in err
+
+
+def grow_cache(cache, new):
+    # DynamicLayer.update: the keys so far and the new ones, joined along the sequence.
+    keys = torch.cat([cache, new], dim=-2)
+    if keys.shape[-2] > new.shape[-2]:  # past + T > T: cache.size(1) >= 1
+        return keys * 2
+    return keys + 1
+
+
+def first_keys(new):
+    # The first update: the cache starts as torch.tensor([]), which cat skips.
+    keys = torch.cat([torch.tensor([]), new], dim=-2)
+    if keys.shape[-2] > new.shape[-2]:  # 0 + T > T: False for every T, no guard
+        return keys * 2
+    return keys + 1
+
+
+def test_a_concatenated_cache_compares_as_the_sum_of_its_pieces():
+    counter = CompileCounter()
+    compiled = framejit.compile(grow_cache, backend=counter)
+    for past, new in [(3, 2), (5, 4), (1, 7), (0, 3), (0, 5), (2, 2)]:
+        cache, x = torch.randn(2, past, 4), torch.randn(2, new, 4)
+        assert same(compiled(cache, x), grow_cache(cache, x)), (past, new)
+    assert counter.frame_count == 2  # an empty cache takes the other branch
+    counter = run_sizes(first_keys, [(2, 3, 4), (3, 5, 4), (1, 1, 4)])
+    assert counter.frame_count == 1
+
+
+def broadcast_then_compare(a, b):
+    c = a + b
+    if c.shape[0] > 2:  # a's size 0, or b's where a's is 1: not one input size
+        return c * 2
+    return c - 1
+
+
+def test_a_broadcast_of_two_input_sizes_pins_both():
+    # With b's size 1 the result's size is a's, but b may grow: the comparison cannot be
+    # guarded as a range of one input size, so both sizes are pinned (each pair compiles).
+    counter = CompileCounter()
+    compiled = framejit.compile(broadcast_then_compare, backend=counter)
+    for n, m in [(4, 1), (1, 4), (4, 4), (4, 1), (2, 1)]:
+        a, b = torch.randn(n, 3), torch.randn(m, 3)
+        assert same(compiled(a, b), broadcast_then_compare(a, b)), (n, m)
+    assert counter.frame_count == 4
