@@ -154,6 +154,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
     }
     case VKind::kObject: {
       if (base->is(ObjRole::kNewObject)) return new_object_attr(base, name);
+      if (base->is(ObjRole::kPartial)) return partial_attr(base, name);
       if (base->is(ObjRole::kDictView)) {
         FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a dict view", name);
       }

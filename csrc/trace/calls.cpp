@@ -2,6 +2,7 @@
 // and methods of constants are evaluated at trace time; everything else is not traced (yet).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <functional>
 #include <unordered_map>
 
@@ -169,7 +170,7 @@ py::object type_of(const ValuePtr& value) {
     case VKind::kTensor:
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kObject:
-      if (value->is(ObjRole::kNewObject)) return value->obj;
+      if (value->is(ObjRole::kNewObject) || value->is(ObjRole::kPartial)) return value->obj;
       return borrow(Py_TYPE(value->obj.ptr()));
     case VKind::kConst:
     case VKind::kSymNum:
@@ -422,6 +423,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->is(ObjRole::kNewObject)) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
   }
+  if (fn->is(ObjRole::kPartial)) {
+    ValuePtr out = partial_call(fn, fn->obj, args, kwargs);
+    return out->kind == VKind::kNull ? nullptr : out;
+  }
   if (fn->is(ObjRole::kGradManager) || fn->is(ObjRole::kGradSet) ||
       fn->is(ObjRole::kInferenceManager) || fn->is(ObjRole::kAutocastManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
@@ -637,9 +642,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind != CallableKind::kTorchOp &&
       (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr()))) {
-    // map, filter, functools.reduce, itertools' chain / product / combinations / ...: their
-    // Python forms (_python_forms.py), traced in their place.
-    py::object form = refs.support.attr("python_form")(callable);
+    // map, filter, functools.reduce, itertools' chain / product / combinations / ..., and
+    // sorted / min / max with a key function: their Python forms (_python_forms.py), traced
+    // in their place.
+    const bool keyed = std::any_of(kwargs.begin(), kwargs.end(),
+                                   [](const auto& kw) { return kw.first == "key"; });
+    py::object form = refs.support.attr("python_form")(callable, keyed);
     if (!form.is_none()) {
       inline_call(Value::object(form), form, std::move(args), std::move(kwargs),
                   /*may_make_generator=*/true);

@@ -130,6 +130,12 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return memoised(Rebuild::call(PyRefs::get().support.attr("new_object"), std::move(parts)),
                         value);
       }
+      if (value->role == ObjRole::kPartial) {  // a functools.partial made in the trace, escaping
+        return memoised(Rebuild::call(PyRefs::get().support.attr("make_partial"),
+                                      {rebuild_of(value->items[0]), rebuild_of(value->items[1]),
+                                       rebuild_of(value->items[2])}),
+                        value);
+      }
       if (value->remake) {  // a module the trace made: a fresh one, as every call makes
         return memoised(Rebuild::call(PyRefs::get().support.attr("remake"),
                                       {Rebuild::constant(value->remake)}),

@@ -137,23 +137,50 @@ ValuePtr Tracer::new_object_method(const std::string& name, std::vector<ValuePtr
 ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
                               KwValues& kwargs) {
   PyObject* partial_type = PyRefs::get().partial_type.ptr();  // Borrowed: functools.partial
-  if (callable.ptr() == partial_type) {
-    // partial(f, *args, **kw) of values fixed at trace time: the real object, used by reference.
-    bool fixed = !args.empty();
+  if (!fn->is(ObjRole::kPartial) && callable.ptr() == partial_type) {
+    if (args.empty()) FJ_UNSUPPORTED(kUnsupportedCall, "functools.partial() without a function");
+    bool fixed = true;
     for (const ValuePtr& a : args) fixed = fixed && (a->is_constant_tree() || (a->is(ObjRole::kPlain) && !a->bound_self));
     for (const auto& kw : kwargs) fixed = fixed && kw.second->is_constant_tree();
-    if (!fixed) FJ_UNSUPPORTED(kUnsupportedCall, "functools.partial of values made in the trace");
-    py::list py_args;
-    for (const ValuePtr& a : args) py_args.append(a->is_constant_tree() ? a->as_python() : a->obj);
-    py::dict py_kwargs;
-    for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
-    return Value::object(py::reinterpret_borrow<py::object>(partial_type)(*py::tuple(py_args), **py_kwargs));
+    if (fixed) {  // partial(f, *args, **kw) of values fixed at trace time: the real object
+      py::list py_args;
+      for (const ValuePtr& a : args) py_args.append(a->is_constant_tree() ? a->as_python() : a->obj);
+      py::dict py_kwargs;
+      for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = value->as_python();
+      return Value::object(py::reinterpret_borrow<py::object>(partial_type)(*py::tuple(py_args), **py_kwargs));
+    }
+    // Of values made in the trace (`partial(torch.mul, w * 2)`): a partial of the trace. One of
+    // a partial of the trace is flattened into it, as functools.partial flattens.
+    ValuePtr func = args[0];
+    std::vector<ValuePtr> stored(args.begin() + 1, args.end());
+    std::vector<ValuePtr> pairs;
+    if (func->is(ObjRole::kPartial)) {
+      stored.insert(stored.begin(), func->items[1]->items.begin(), func->items[1]->items.end());
+      pairs = func->items[2]->items;
+      func = func->items[0];
+    }
+    for (const auto& [key, value] : kwargs) {
+      auto same = [&](const ValuePtr& pair) { return py::str(pair->items[0]->obj).cast<std::string>() == key; };
+      pairs.erase(std::remove_if(pairs.begin(), pairs.end(), same), pairs.end());
+      pairs.push_back(Value::tuple({Value::constant(py::str(key)), value}));
+    }
+    auto made = Value::object(py::reinterpret_borrow<py::object>(partial_type));
+    made->role = ObjRole::kPartial;
+    made->items = {func, Value::tuple(std::move(stored)), Value::list(std::move(pairs))};
+    return made;
   }
-  if (!PyObject_TypeCheck(callable.ptr(), reinterpret_cast<PyTypeObject*>(partial_type))) return nullptr;
-  // Calling a partial: read its parts through its source (guarded), or as they are for one made
-  // in this trace from fixed values.
+  if (!fn->is(ObjRole::kPartial) &&
+      !PyObject_TypeCheck(callable.ptr(), reinterpret_cast<PyTypeObject*>(partial_type))) {
+    return nullptr;
+  }
+  // Calling a partial: read its parts through its source (guarded), as they are for one made
+  // in this trace from fixed values, or from a partial of the trace.
   ValuePtr func, stored_args, stored_kw;
-  if (fn->source >= 0) {
+  if (fn->is(ObjRole::kPartial)) {
+    func = fn->items[0];
+    stored_args = fn->items[1];
+    stored_kw = fn->items[2];
+  } else if (fn->source >= 0) {
     func = entry_.load(entry_.sources().attr(fn->source, "func"));
     stored_args = entry_.load(entry_.sources().attr(fn->source, "args"));
     stored_kw = entry_.load(entry_.sources().attr(fn->source, "keywords"));
@@ -186,6 +213,21 @@ ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vect
   }
   ValuePtr out = call(func, std::move(all_args), std::move(all_kwargs));
   return out ? out : Value::null();
+}
+
+ValuePtr Tracer::partial_attr(const ValuePtr& partial, const std::string& name) {
+  if (name == "func") return partial->items[0];
+  if (name == "args") return partial->items[1];
+  if (name == "keywords") {
+    std::vector<py::object> keys;
+    std::vector<ValuePtr> values;
+    for (const ValuePtr& pair : partial->items[2]->items) {
+      keys.push_back(pair->items[0]->obj);
+      values.push_back(pair->items[1]);
+    }
+    return Value::dict(std::move(keys), std::move(values));
+  }
+  FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a functools.partial made in the trace", name);
 }
 
 }  // namespace framejit

@@ -321,6 +321,8 @@ class Tracer {
   // functools.partial made or called; nullptr when `callable` is neither, kNull when inlined.
   ValuePtr partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
                         KwValues& kwargs);
+  // partial.func / .args / .keywords of a partial made in the trace (ObjRole::kPartial).
+  ValuePtr partial_attr(const ValuePtr& partial, const std::string& name);
 
   // Records `fn(*args, **kwargs)` (kCallFunction) or `args[0].method(...)` (kCallMethod) on the
   // meta tensors and returns the abstract result. `infix` is set for operator targets.

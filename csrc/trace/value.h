@@ -72,6 +72,10 @@ enum class ObjRole : uint8_t {
                       // device_type, dtype, enabled, cache_enabled as given (None where not, so
                       // defaults are read when the graph runs)
   kAutocastExit,      // its `with`'s __exit__: obj: the trace-time mode; node: the enter node
+  kPartial,           // functools.partial(f, *args, **kw) of values made in the trace: obj: the
+                      // partial type; items: f, the args tuple, the keywords as a list of
+                      // (name, value) pairs. A region exit that needs it builds a real one
+                      // (_support.make_partial)
   kDictView,          // d.keys() / d.values() / d.items(): method: which; over: the dict (a
                       // kDict of the trace, read as it is whenever the view is used, or a dict
                       // read by source: items holds its guarded snapshot, a list value)

@@ -122,6 +122,64 @@ def trace_accumulate(iterable, func=None, *, initial=None):
         yield total
 
 
+def trace_sorted(iterable, /, *, key=None, reverse=False):
+    # A stable insertion sort asking only `<`, as list.sort does: equal keys keep their order,
+    # also with reverse=True.
+    # (Loops, not comprehensions: on 3.11 a comprehension is a function of framejit's own.)
+    items = list(iterable)
+    keys = items
+    if key is not None:
+        keys = []
+        for item in items:
+            keys.append(key(item))
+    order = []
+    for i in range(len(items)):
+        at = len(order)
+        while at > 0 and ((keys[order[at - 1]] < keys[i]) if reverse else (keys[i] < keys[order[at - 1]])):
+            at -= 1
+        order.insert(at, i)
+    result = []
+    for i in order:
+        result.append(items[i])
+    return result
+
+
+def _extreme(name, args, key, default, has_default, largest):
+    if len(args) == 1:
+        items = list(args[0])
+    elif not args:
+        raise TypeError(f"{name} expected at least 1 argument, got 0")
+    elif has_default:
+        raise TypeError(f"Cannot specify a default for {name}() with multiple positional arguments")
+    else:
+        items = list(args)
+    if not items:
+        if has_default:
+            return default
+        raise ValueError(f"{name}() iterable argument is empty")
+    best = items[0]
+    best_key = best if key is None else key(best)
+    for item in items[1:]:
+        item_key = item if key is None else key(item)
+        if (item_key > best_key) if largest else (item_key < best_key):  # the first one kept
+            best, best_key = item, item_key
+    return best
+
+
+_NO_DEFAULT = object()
+
+
+def trace_min(*args, key=None, default=_NO_DEFAULT):
+    return _extreme("min", args, key, default, default is not _NO_DEFAULT, False)
+
+
+def trace_max(*args, key=None, default=_NO_DEFAULT):
+    return _extreme("max", args, key, default, default is not _NO_DEFAULT, True)
+
+
+# Builtins the tracer answers itself unless called with a key function.
+_KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max}
+
 _FORMS = {
     map: trace_map,
     filter: trace_filter,
@@ -136,14 +194,15 @@ _FORMS = {
 
 
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (_product_rows, _pick):
+for _helper in (_product_rows, _pick, _extreme):
     _C.allow_code(_helper.__code__)
 del _helper
 
 
-def python_form(fn):
-    """The Python form the tracer runs for `fn`, or None."""
+def python_form(fn, keyed=False):
+    """The Python form the tracer runs for `fn` (called with a `key=` argument: `keyed`), or
+    None."""
     try:
-        return _FORMS.get(fn)
+        return _FORMS.get(fn) or (_KEYED_FORMS.get(fn) if keyed else None)
     except TypeError:  # unhashable
         return None

@@ -4,6 +4,7 @@ Which callables are torch operations, which Tensor methods read data, how target
 Kept in Python because the answers are lists of torch objects, easy to read and extend.
 """
 import builtins
+import functools
 import logging
 import math
 import operator
@@ -604,6 +605,12 @@ def module_container_keys(obj):
     if isinstance(obj, (nn.ParameterList, nn.ParameterDict)):
         return "_parameters", list(obj._parameters.keys())
     return None
+
+
+def make_partial(func, args, keyword_pairs):
+    """A functools.partial the traced code made of its own values and that outlives the
+    region."""
+    return functools.partial(func, *args, **dict(keyword_pairs))
 
 
 def make_function(code, globals_, defaults, kwdefaults, closure):

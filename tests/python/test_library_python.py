@@ -748,8 +748,37 @@ def type_names(x):
     return y * 2 if x.type() == "torch.FloatTensor" else y
 
 
+def partials_of_traced_values(x, w):
+    scale = functools.partial(torch.mul, w * 2)  # a partial of a value the trace made
+    add_to = functools.partial(torch.add, alpha=2)
+    twice = functools.partial(scale)  # flattened into one partial, as functools does
+    return twice(x) + add_to(x, other=w) + len(scale.args) + scale.func(x, 1)
+
+
+def test_a_partial_of_traced_values_is_one_graph_and_leaves_the_region_as_a_partial():
+    def f(x):
+        return functools.partial(torch.sub, x * 3, alpha=2)
+
+    out = framejit.compile(f, backend=CompileCounter())(torch.ones(2))
+    assert type(out) is functools.partial and out.keywords == {"alpha": 2}
+    assert same(out(torch.ones(2)), f(torch.ones(2))(torch.ones(2)))
+    assert [r["exit"] for r in regions(f)] == ["return"]
+
+
+def keyed_builtins(x, y):
+    # sorted / min / max with key=: by sizes (numbers the trace knows) and by names; equal keys
+    # keep their order, as in CPython.
+    by_rows = sorted([y, x, x * 2], key=lambda t: t.shape[0])
+    widest = max(x, y, key=lambda t: t.shape[-1])
+    narrowest = min([y, x], key=lambda t: t.shape[-1], default=None)
+    names = sorted({"b": y, "a": x}.items(), key=operator.itemgetter(0), reverse=True)
+    return by_rows[0].sum() + by_rows[1].sum() * 2 + widest.sum() * 3 + narrowest.sum() + names[0][1].sum()
+
+
 @pytest.mark.parametrize("fn,make", [
     (gpt_fast_transposes, lambda: tuple(torch.randn(2, 3, 4, 5) for _ in range(3))),
+    (keyed_builtins, lambda: (torch.randn(2, 3), torch.randn(4, 5))),
+    (partials_of_traced_values, lambda: (torch.randn(3), torch.randn(3))),
     (functional_builtins, lambda: (torch.randn(3),)),
     (itertools_forms, lambda: (torch.randn(3),)),
     (getters_and_tuples, lambda: (torch.randn(3),)),
