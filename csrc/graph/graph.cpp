@@ -98,7 +98,8 @@ std::string sanitize_name(const std::string& text) {
 std::string Graph::unique_name(const std::string& hint) {
   static const std::unordered_set<std::string> kReserved = {
       "self", "torch", "operator", "None", "True", "False", "def", "return", "class",
-      "lambda", "in", "is", "not", "and", "or", "if", "else", "for", "while", "import"};
+      "lambda", "in", "is", "not", "and", "or", "if", "else", "for", "while", "import",
+      "slice"};
   std::string base = sanitize_name(hint);
   if (kReserved.count(base)) base += "_1";
   std::string name = base;

@@ -537,7 +537,13 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name, bo
 
 ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   if (base->kind == VKind::kTensor) {
-    return record_operator("getitem", "[]", {base, sizes_.concretize(key_in)});
+    // A slice with a size expression for a bound stays a graph value (`x[:, 0:T]` takes any
+    // T); every other number in the index is pinned.
+    auto index = [this](const ValuePtr& part) {
+      return SizeTracker::is_symbolic_slice(part) ? part : sizes_.concretize(part);
+    };
+    const ValuePtr key = key_in->kind == VKind::kTuple ? Value::map_items(key_in, index) : index(key_in);
+    return record_operator("getitem", "[]", {base, key});
   }
   const ValuePtr key = sizes_.concretize(key_in);
   if (!key->is_constant_tree()) {

@@ -152,12 +152,7 @@ void op_binary_slice(Tracer& t, const Instr&) {  // 3.12: container[start:stop]
   ValuePtr stop = t.pop();
   ValuePtr start = t.pop();
   ValuePtr base = t.pop();
-  if (!start->is_const() || !stop->is_const()) {
-    FJ_UNSUPPORTED(kUnsupportedValue, "slice bounds not known at trace time");
-  }
-  py::object slice = py::reinterpret_steal<py::object>(
-      PySlice_New(start->obj.ptr(), stop->obj.ptr(), nullptr));
-  t.push(t.item(base, Value::constant(slice)));
+  t.push(t.item(base, t.sizes().slice_of({start, stop})));
 }
 
 void op_store_subscr(Tracer& t, const Instr&) {

@@ -90,16 +90,7 @@ void op_build_const_key_map(Tracer& t, const Instr& i) {
 }
 
 void op_build_slice(Tracer& t, const Instr& i) {
-  std::vector<ValuePtr> parts = t.pop_n(static_cast<size_t>(i.arg));
-  for (auto& part : parts) {
-    part = t.sizes().concretize(part);  // x[:, :n] with n a size: the bound is specialised
-    if (!part->is_const()) {
-      FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
-    }
-  }
-  py::object slice = py::reinterpret_steal<py::object>(PySlice_New(
-      parts[0]->obj.ptr(), parts[1]->obj.ptr(), parts.size() == 3 ? parts[2]->obj.ptr() : nullptr));
-  t.push(Value::constant(slice));
+  t.push(t.sizes().slice_of(t.pop_n(static_cast<size_t>(i.arg))));
 }
 
 void op_list_extend(Tracer& t, const Instr& i) {

@@ -208,11 +208,22 @@ bool split_count_from(const Node* split, std::vector<std::pair<Node*, int>>& out
   return true;
 }
 
-// Basic indexing with constants (ints, slices, None, Ellipsis): for output dimension `dim`,
-// the input dimension it comes from (-1: a new dimension of size 1) and the key entry that
-// made it (a slice, or Ellipsis for a dimension taken whole); nullopt if not such an index.
-std::optional<std::pair<int, PyObject*>> index_source(const Node* node, const Node* input,
-                                                      int dim) {
+// A graph node that makes a slice (`x[:, :T]` with T a size expression: SizeTracker::slice_of).
+bool is_slice_node(const Node* node) {
+  return node->metas.size() == 1 && node->metas[0].scalar && node->metas[0].dtype == "slice";
+}
+
+// Where output dimension `dim` of a basic index comes from.
+struct IndexSource {
+  int dim = -1;                 // the input dimension, -1 for a new one of size 1 (None)
+  PyObject* entry = nullptr;    // the key entry: a slice, or Ellipsis for a dimension taken whole
+  Node* slice_node = nullptr;   // or the node making the slice
+};
+
+// Basic indexing with constants (ints, slices, None, Ellipsis) and slices the graph makes:
+// for output dimension `dim`, the input dimension it comes from and the entry that made it;
+// nullopt if not such an index.
+std::optional<IndexSource> index_source(const Node* node, const Node* input, int dim) {
   if (node->args.size() != 2) return std::nullopt;
   const Arg& index = node->args[1];
   std::vector<Arg> key;
@@ -225,6 +236,10 @@ std::optional<std::pair<int, PyObject*>> index_source(const Node* node, const No
   int consumed = 0;
   int ellipses = 0;
   for (const Arg& entry : key) {
+    if (entry.kind == Arg::Kind::kNode && is_slice_node(entry.node)) {
+      ++consumed;
+      continue;
+    }
     if (entry.kind != Arg::Kind::kConst) return std::nullopt;
     PyObject* value = entry.value.ptr();
     if (PyLong_CheckExact(value) || PySlice_Check(value)) {
@@ -239,25 +254,27 @@ std::optional<std::pair<int, PyObject*>> index_source(const Node* node, const No
   if (ellipses > 1 || consumed > input_rank) return std::nullopt;
   int in = 0;
   int out = 0;
-  std::optional<std::pair<int, PyObject*>> found;
-  auto advance = [&](PyObject* value) {
-    if (value == Py_None) {
-      if (out++ == dim) found.emplace(-1, value);
-    } else if (PyLong_CheckExact(value)) {
+  std::optional<IndexSource> found;
+  auto advance = [&](PyObject* value, Node* slice_node) {
+    if (slice_node == nullptr && value == Py_None) {
+      if (out++ == dim) found = IndexSource{-1, value, nullptr};
+    } else if (slice_node == nullptr && PyLong_CheckExact(value)) {
       ++in;
     } else {  // a slice, or a whole dimension
-      if (out++ == dim) found.emplace(in, value);
+      if (out++ == dim) found = IndexSource{in, value, slice_node};
       ++in;
     }
   };
   for (const Arg& entry : key) {
-    if (entry.value.ptr() == Py_Ellipsis) {
-      for (int i = 0; i < input_rank - consumed; ++i) advance(Py_Ellipsis);
+    if (entry.kind == Arg::Kind::kNode) {
+      advance(nullptr, entry.node);
+    } else if (entry.value.ptr() == Py_Ellipsis) {
+      for (int i = 0; i < input_rank - consumed; ++i) advance(Py_Ellipsis, nullptr);
     } else {
-      advance(entry.value.ptr());
+      advance(entry.value.ptr(), nullptr);
     }
   }
-  while (in < input_rank) advance(Py_Ellipsis);
+  while (in < input_rank) advance(Py_Ellipsis, nullptr);
   if (out != rank_of(node)) return std::nullopt;
   return found;
 }
@@ -428,13 +445,14 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     if (!is_tensor_node(base)) return std::nullopt;
     auto source = index_source(node, base, dim);
     if (!source) return std::nullopt;
-    if (source->first < 0) return rule_of(How::kFixed);  // None: a new dimension of size 1
-    const bool whole = source->second == Py_Ellipsis ||
-                       (PySlice_Check(source->second) &&
-                        reinterpret_cast<PySliceObject*>(source->second)->start == Py_None &&
-                        reinterpret_cast<PySliceObject*>(source->second)->stop == Py_None &&
-                        reinterpret_cast<PySliceObject*>(source->second)->step == Py_None);
-    return rule_of(whole ? How::kEqual : How::kDepends, {{base, source->first}});
+    if (source->dim < 0) return rule_of(How::kFixed);  // None: a new dimension of size 1
+    // A slice the graph makes: the input's size there and the slice's bounds.
+    if (source->slice_node) return rule_of(How::kDepends, {{base, source->dim}, {source->slice_node, -1}});
+    auto* slice = reinterpret_cast<PySliceObject*>(source->entry);
+    const bool whole = source->entry == Py_Ellipsis ||
+                       (PySlice_Check(source->entry) && slice->start == Py_None &&
+                        slice->stop == Py_None && slice->step == Py_None);
+    return rule_of(whole ? How::kEqual : How::kDepends, {{base, source->dim}});
   }
   if (broadcasts(text)) {
     DimRule rule = rule_of(How::kBroadcast);
@@ -588,6 +606,7 @@ class Walk {
 constexpr int64_t kLargestOffset = int64_t{1} << 40;
 
 bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
+  into.not_one.insert(other.not_one.begin(), other.not_one.end());
   for (const auto& [key, factor] : other.terms) {
     int64_t& slot = into.terms[key];
     slot += scale * factor;
@@ -673,17 +692,32 @@ class Exact {
       }
       case How::kBroadcast: {
         // A constant other than 1 is the result (the others equal it, are 1, or the op
-        // fails); constant 1s drop out; the rest must all be the same sum.
+        // fails); constant 1s drop out; the rest must all be the same sum. Where some are not
+        // known exactly, one input's size s is still the result while s is not 1 (the others
+        // are s or 1, or the op fails): s, on that condition.
         std::optional<LinearSize> chosen;
+        bool unknown = false;
         for (const auto& [from, d] : rule.from) {
           std::optional<LinearSize> part = size(from, d);
-          if (!part) return std::nullopt;
+          if (!part) {
+            unknown = true;
+            continue;
+          }
           if (part->terms.empty()) {
             if (part->offset != 1) return part;
             continue;
           }
           if (chosen && !(*chosen == *part)) return std::nullopt;
+          if (chosen) part->not_one.insert(chosen->not_one.begin(), chosen->not_one.end());
           chosen = part;
+        }
+        if (unknown) {
+          if (!chosen || chosen->offset != 0 || chosen->terms.size() != 1 ||
+              chosen->terms.begin()->second != 1 || size_at(node, dim) == 1) {
+            return std::nullopt;
+          }
+          chosen->not_one.insert(chosen->terms.begin()->first);
+          return chosen;
         }
         if (chosen) return chosen;
         LinearSize one;

@@ -44,7 +44,11 @@ void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped
 struct LinearSize {
   std::map<std::pair<Node*, int>, int64_t> terms;  // (tensor placeholder, dim) -> factor != 0
   int64_t offset = 0;
-  bool operator==(const LinearSize& other) const;
+  // Input sizes the sum holds for only while they are not 1 (x + pos where pos's size is not
+  // known exactly: the broadcast is x's size unless that is 1); whoever relies on the sum
+  // guards them.
+  std::set<std::pair<Node*, int>> not_one;
+  bool operator==(const LinearSize& other) const;  // the same sum (conditions aside)
 };
 // Results of exact_size by (node, dim), valid while no node is added to `reshaped`.
 using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;

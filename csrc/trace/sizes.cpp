@@ -50,6 +50,7 @@ TensorMeta number_meta(py::handle value) {
   meta.scalar = true;
   meta.dtype = PyBool_Check(value.ptr())    ? "b8"
                : PyFloat_Check(value.ptr()) ? "f64"
+               : PySlice_Check(value.ptr()) ? "slice"
                                             : "i64";
   return meta;
 }
@@ -184,6 +185,31 @@ ValuePtr SizeTracker::concretize(const ValuePtr& value) {
   return copy;
 }
 
+bool SizeTracker::is_symbolic_slice(const ValuePtr& value) {
+  return value->kind == VKind::kSymNum && PySlice_Check(value->obj.ptr()) && value->is_size_expr();
+}
+
+ValuePtr SizeTracker::slice_of(std::vector<ValuePtr> parts) {
+  bool symbolic = false;
+  for (auto& part : parts) {
+    if (symbolic_ && part->kind == VKind::kSymNum && part->is_size_expr() &&
+        PyLong_CheckExact(part->obj.ptr())) {
+      symbolic = true;
+      continue;
+    }
+    part = concretize(part);
+    if (!part->is_const()) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
+    }
+  }
+  py::object slice = py::reinterpret_steal<py::object>(PySlice_New(
+      parts[0]->obj.ptr(), parts[1]->obj.ptr(), parts.size() == 3 ? parts[2]->obj.ptr() : nullptr));
+  if (!slice) throw py::error_already_set();
+  if (!symbolic) return Value::constant(slice);
+  static PyObject* const kSlice = reinterpret_cast<PyObject*>(&PySlice_Type);
+  return Value::sym_num(py::reinterpret_borrow<py::object>(kSlice), std::move(parts), slice);
+}
+
 void SizeTracker::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
   SizeDeps deps;
   add_size_deps(tensor->node, dim, reshaped_, ranks_, deps);
@@ -308,6 +334,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     int dim = -1;
   };
   std::map<std::pair<const void*, int>, Term> terms;
+  std::set<std::pair<Node*, int>> not_one;  // conditions of the exact sizes used (LinearSize)
   int64_t offset = 0;
   auto add_term = [&](const void* key, int dim, int64_t factor, int slot) {
     Term& term = terms[{key, dim}];
@@ -333,6 +360,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       for (const auto& [key, factor] : exact->terms) {
         add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
       }
+      for (const auto& key : exact->not_one) not_one.insert(key);
       offset += scale * exact->offset;
       return true;
     }
@@ -353,13 +381,30 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       left.emplace_back(std::make_pair(term.slot, term.dim), term.factor);
       inputs = inputs && term.slot >= 0;
     }
+    // The exact sizes used hold while these input sizes are not 1: guarded wherever the answer
+    // below relies on them; one that cannot be guarded leaves the comparison to the end.
+    bool conditions = true;
+    for (const auto& [node, dim] : not_one) conditions = conditions && entry_.slot_of_placeholder(node) >= 0;
+    auto guard_conditions = [&] {
+      for (const auto& [node, dim] : not_one) {
+        size_range(value, {entry_.slot_of_placeholder(node), dim}, SizeRelation::kNe, 1);
+      }
+    };
+    if (!conditions) {
+      left.clear();
+      inputs = false;
+    }
     // The same sizes on both sides cancel: true or false whatever the sizes (`q + 0 == q`).
-    if (left.empty()) return Value::constant(value->obj);
+    if (conditions && left.empty()) {
+      guard_conditions();
+      return Value::constant(value->obj);
+    }
     if (!inputs) left.clear();
     if (left.size() == 2 && offset == 0 && left[0].second + left[1].second == 0 &&
         (left[0].second == 1 || left[0].second == -1)) {
       auto lhs = left[0].first, rhs = left[1].first;
       if (left[0].second == -1) std::swap(lhs, rhs);
+      guard_conditions();
       entry_.guard_size_relation(lhs.first, lhs.second, rel, rhs.first, rhs.second);
       dim_reads_.push_back(fmt::format("{}.size({}) {} {}.size({}): a comparison at {}",
                                        entry_.sources().at(lhs.first).text, lhs.second,
@@ -372,6 +417,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       const auto size = left[0].first;
       const SizeRelation r = left[0].second == 1 ? rel : flipped(rel);
       const int64_t c = left[0].second == 1 ? -offset : offset;
+      guard_conditions();
       return size_range(value, size, r, c);
     }
   }

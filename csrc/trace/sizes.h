@@ -60,6 +60,12 @@ class SizeTracker {
   ValuePtr decide(const ValuePtr& value);
   // The value with every size expression in it pinned to its trace-time value.
   ValuePtr concretize(const ValuePtr& value);
+  // slice(start, stop[, step]) of the trace (BUILD_SLICE, BINARY_SLICE): with a size expression
+  // among the bounds (`x[:, 0:T]`), a size expression of its own whose node makes the slice, so
+  // a tensor indexed with it takes any T (anything else pins it: concretize); else a constant.
+  ValuePtr slice_of(std::vector<ValuePtr> parts);
+  // Whether `value` is such a slice.
+  static bool is_symbolic_slice(const ValuePtr& value);
   // Arguments of a call answered at trace time (a metadata query): every number known only at
   // run time, sizes included, pinned (also inside containers).
   void make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs);

@@ -103,8 +103,8 @@ def test_two_input_sizes_compared_are_guarded_as_their_relation():
             with pytest.raises(RuntimeError):
                 compiled(q, k)
     # k <= q: one graph for all such sizes (q + k raises where they differ, as in eager);
-    # k > q: q's size is a slice bound there, so one graph per q size (2, then 3)
-    assert counter.frame_count == 3
+    # k > q: one more, whose slice `k[:, :q.size(1)]` takes any q size
+    assert counter.frame_count == 2
 
 
 def test_the_range_a_comparison_kept_shows_in_the_guards_log(caplog):
@@ -137,11 +137,23 @@ def test_size_in_range_and_fstring_specialises():
     assert counter.frame_count == 2
 
 
-def test_slice_bound_from_a_size_specialises():
-    def crop(x):
-        return x[:, : x.size(1) - 1] * 2
+def crop(x):
+    return x[:, : x.size(1) - 1] * 2
 
-    counter = run_sizes(crop, [(2, 4), (2, 5)])
+
+def test_a_slice_bound_from_a_size_stays_a_graph_value():
+    # The slice is a graph value made from the size expression: a tensor sliced with it takes
+    # any size. A list sliced with it needs the number: pinned.
+    counter = run_sizes(crop, [(2, 4), (2, 5), (3, 9)])
+    assert counter.frame_count == 1
+    text = graph_text(crop)
+    assert 'slice_1: "Sym(slice)" = slice(None, sub)' in text
+    assert 'getitem: "f32[2, 3]" = x[(slice(None, None, None), slice_1)]' in text
+
+    def pick(x):
+        return x * len([1, 2, 3, 4, 5, 6][: x.size(0)])
+
+    counter = run_sizes(pick, [(2, 3), (3, 3), (2, 3)])
     assert counter.frame_count == 2
 
 
@@ -365,3 +377,28 @@ def test_a_broadcast_of_two_input_sizes_pins_both():
         a, b = torch.randn(n, 3), torch.randn(m, 3)
         assert same(compiled(a, b), broadcast_then_compare(a, b)), (n, m)
     assert counter.frame_count == 4
+
+
+def add_positions(x, table):
+    positions = table[:, : x.shape[1]]  # a slice: its size is min(T, 16), not exactly T
+    h = x + positions  # broadcast: x's size 1, as long as that is not 1
+    if h.shape[1] > 1:
+        return h * 2
+    return h
+
+
+def test_a_broadcast_with_a_size_not_known_exactly_is_the_others_while_not_one(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    counter = CompileCounter()
+    compiled = framejit.compile(add_positions, backend=counter)
+    table = torch.randn(1, 16, 4)
+    try:
+        for t in (5, 7, 9, 16, 1, 3):
+            x = torch.randn(2, t, 4)
+            assert same(compiled(x, table), add_positions(x, table)), t
+    finally:
+        framejit.set_logs()
+    assert counter.frame_count == 2  # length 1 takes the other branch
+    err = "\n".join(r.getMessage() for r in caplog.records)
+    assert "size(1) outside [1, 1], size(1) in [2, inf]" in err
