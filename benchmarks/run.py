@@ -75,6 +75,7 @@ import torch._dynamo
 import torch.nn as nn
 
 import framejit
+import framejit.testing  # noqa: E402  (CompileCounter for the new-shapes counts)
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # 3.11, the first supported version, writes benchmarks/results/; every other version a folder of
@@ -847,9 +848,38 @@ def run_transformers_section(args):
                 compiled(ids)  # the cached path from here on
                 callables[key] = (lambda c: lambda x: c(x))(compiled)
             row["us"] = interleaved_us_per_call(callables, ids, repeats)
+            row["shapes"] = new_shapes(model, ids)
             results.append(row)
         reset_compilers()
     return results
+
+
+HF_NEW_SHAPES = ((2, 17), (3, 16), (2, 20), (4, 24), (1, 9), (2, 30), (5, 11), (3, 40))
+
+
+def new_shapes(model, ids):
+    """After a first call on `ids`: 8 calls on new (batch, length) shapes, each compared with
+    eager. Per candidate: graphs compiled for them and the wall time of the 8 calls (compiles
+    included), beside eager's."""
+    calls = [torch.randint(0, 1000, shape) for shape in HF_NEW_SHAPES]
+    expected = [model(x)[0] for x in calls]
+    out = {"eager_ms": 1e3 * sum(timed(model, (x,)) for x in calls), "compiles": {}, "ms": {},
+           "correct": {}}
+    for compiler, backend in HF_CANDIDATES:
+        reset_compilers()
+        key = f"{compiler}_{backend}"
+        counter = framejit.testing.CompileCounter(None if backend == "eager" else backend)
+        compiled = compile_with(compiler, model, counter)
+        compiled(ids)
+        before = counter.frame_count
+        start = time.perf_counter()
+        results = [compiled(x)[0] for x in calls]
+        out["ms"][key] = 1e3 * (time.perf_counter() - start)
+        out["compiles"][key] = counter.frame_count - before
+        out["correct"][key] = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                                  for a, b in zip(results, expected))
+    reset_compilers()
+    return out
 
 
 def transformers_table(results):
@@ -867,8 +897,15 @@ def transformers_table(results):
         rows.append(["", "graphs / matches eager", "—"] +
                     [f"{r['graphs'][k.split('_')[0]]} / {'yes' if r['correct'][k] else '**NO**'}"
                      for k in keys] + [""])
+        shapes = r.get("shapes")
+        if shapes:
+            rows.append(["", f"{len(HF_NEW_SHAPES)} new shapes: compiles / ms",
+                         fmt(shapes["eager_ms"])] +
+                        [f"{shapes['compiles'][k]} / {fmt(shapes['ms'][k])}"
+                         + ("" if shapes["correct"][k] else " **NO**") for k in keys] +
+                        [fmt(ratio(shapes["ms"]["framejit_eager"], shapes["ms"]["dynamo_eager"]))])
     headers = (["model", "measure", "eager"] + [names[k] for k in keys] +
-               ["torch.compile / framejit (first), framejit / torch.compile (cached)"])
+               ["torch.compile / framejit (first), framejit / torch.compile (cached, new shapes)"])
     return markdown_table(headers, rows)
 
 
