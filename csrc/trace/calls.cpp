@@ -524,6 +524,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
                              callable_name(bound));
     }
     if (ValuePtr out = container_method(name, args, kwargs)) return out;
+    if (ValuePtr out = set_method(self, name, args, kwargs)) return out;
     if (self->kind == VKind::kList && kwargs.empty() && (name == "append" || name == "extend")) {
       make_writable(self);
       if (name == "append" && args.size() == 2) {
@@ -640,6 +641,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (callable.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty() && kwargs.empty()) {
     return zero_arg_super();
   }
+  if (ValuePtr made = set_call(callable, args, kwargs)) return made;
   if (kind != CallableKind::kTorchOp &&
       (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr()))) {
     // map, filter, functools.reduce, itertools' chain / product / combinations / ..., and

@@ -1,6 +1,7 @@
 // Instances of plain user classes made by the traced code (`Point(x, y)`, dataclasses): values
 // whose attributes live in the trace until a region exit builds the real object.
 #include <algorithm>
+#include <set>
 
 #include "trace/entry_state.h"
 #include "trace/pyrefs.h"
@@ -213,6 +214,96 @@ ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vect
   }
   ValuePtr out = call(func, std::move(all_args), std::move(all_kwargs));
   return out ? out : Value::null();
+}
+
+ValuePtr Tracer::made_set(py::object set) {
+  made_sets_.push_back(set);
+  return Value::constant(std::move(set));
+}
+
+namespace {
+
+// The Python items of a set's argument: a constant iterable, or a tuple / list of the trace
+// whose items are constants (sizes pinned); false for anything else.
+bool constant_items(SizeTracker& sizes, const ValuePtr& value, py::list& out) {
+  if (value->is_sequence()) {
+    for (const ValuePtr& item_in : value->items) {
+      const ValuePtr item = sizes.concretize(item_in);
+      if (!item->is_constant_tree()) return false;
+      out.append(item->as_python());
+    }
+    return true;
+  }
+  if (!value->is_const()) return false;
+  PyObject* obj = value->obj.ptr();
+  if (!(PyTuple_CheckExact(obj) || PyList_CheckExact(obj) || PyAnySet_CheckExact(obj) ||
+        PyUnicode_CheckExact(obj) || PyDict_CheckExact(obj) || Py_TYPE(obj) == &PyRange_Type)) {
+    return false;
+  }
+  for (py::handle item : value->obj) out.append(item);
+  return true;
+}
+
+}  // namespace
+
+ValuePtr Tracer::set_call(py::handle callable, const std::vector<ValuePtr>& args,
+                          const KwValues& kwargs) {
+  PyObject* type = callable.ptr();
+  if ((type != reinterpret_cast<PyObject*>(&PySet_Type) &&
+       type != reinterpret_cast<PyObject*>(&PyFrozenSet_Type)) ||
+      !kwargs.empty() || args.size() > 1) {
+    return nullptr;
+  }
+  py::list items;
+  if (!args.empty() && !constant_items(sizes_, args[0], items)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "a set of {}", args[0]->describe());
+  }
+  py::object made = py::reinterpret_steal<py::object>(PyObject_CallOneArg(type, items.ptr()));
+  if (!made) {
+    PyErr_Clear();  // unhashable items: Python raises TypeError here
+    FJ_UNSUPPORTED(kUnsupportedValue, "a set of items that cannot be hashed");
+  }
+  return type == reinterpret_cast<PyObject*>(&PySet_Type) ? made_set(std::move(made))
+                                                          : Value::constant(std::move(made));
+}
+
+ValuePtr Tracer::set_method(const ValuePtr& self, const std::string& name,
+                            const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  if (!self->is_const() || !PyAnySet_CheckExact(self->obj.ptr()) || !kwargs.empty()) return nullptr;
+  static const std::set<std::string> kChanging = {
+      "add", "update", "discard", "remove", "clear", "difference_update",
+      "intersection_update", "symmetric_difference_update"};
+  static const std::set<std::string> kReading = {
+      "union", "intersection", "difference", "symmetric_difference", "issubset", "issuperset",
+      "isdisjoint", "copy"};
+  const bool changing = kChanging.count(name) > 0;
+  if (!changing && !kReading.count(name)) return nullptr;
+  if (changing) {  // only a set the trace made is its own to change
+    auto own = [&](const py::object& set) { return set.ptr() == self->obj.ptr(); };
+    if (std::none_of(made_sets_.begin(), made_sets_.end(), own)) return nullptr;
+  }
+  py::list py_args;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const ValuePtr arg = sizes_.concretize(args[i]);
+    if (name == "add" || name == "discard" || name == "remove") {
+      if (!arg->is_constant_tree()) FJ_UNSUPPORTED(kUnsupportedValue, "a set of {}", arg->describe());
+      py_args.append(arg->as_python());
+      continue;
+    }
+    py::list items;
+    if (!constant_items(sizes_, arg, items)) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "set.{} with {}", name, arg->describe());
+    }
+    py_args.append(items);
+  }
+  py::object result;
+  try {
+    result = self->obj.attr(name.c_str())(*py::tuple(py_args));
+  } catch (const py::error_already_set& e) {  // s.remove(missing), unhashable items
+    FJ_UNSUPPORTED(kUnsupportedValue, "set.{} raised: {}", name, e.what());
+  }
+  if (PySet_CheckExact(result.ptr())) return made_set(std::move(result));
+  return Value::constant(std::move(result));
 }
 
 ValuePtr Tracer::partial_attr(const ValuePtr& partial, const std::string& name) {

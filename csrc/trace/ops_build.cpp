@@ -41,7 +41,7 @@ void op_build_set(Tracer& t, const Instr& i) {
   py::object set = py::reinterpret_steal<py::object>(PySet_New(nullptr));
   if (!set) throw py::error_already_set();
   for (const ValuePtr& item : items) add_to_set(t, set.ptr(), item);
-  t.push(Value::constant(std::move(set)));
+  t.push(t.made_set(std::move(set)));
 }
 
 void op_set_add(Tracer& t, const Instr& i) {  // set comprehensions

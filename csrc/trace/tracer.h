@@ -323,6 +323,14 @@ class Tracer {
                         KwValues& kwargs);
   // partial.func / .args / .keywords of a partial made in the trace (ObjRole::kPartial).
   ValuePtr partial_attr(const ValuePtr& partial, const std::string& name);
+  // A set the trace made (a display, set(...), a set method's result): a constant value whose
+  // object is the trace's own, so its methods change it in place (an exit copies it).
+  ValuePtr made_set(py::object set);
+  // set(...) / frozenset(...) of constants; s.add(...), s.union(...), ... on a set made_set
+  // gave. nullptr for any other call.
+  ValuePtr set_call(py::handle callable, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  ValuePtr set_method(const ValuePtr& self, const std::string& name,
+                      const std::vector<ValuePtr>& args, const KwValues& kwargs);
 
   // Records `fn(*args, **kwargs)` (kCallFunction) or `args[0].method(...)` (kCallMethod) on the
   // meta tensors and returns the abstract result. `infix` is set for operator targets.
@@ -335,6 +343,7 @@ class Tracer {
   ValuePtr tensor_attr(const ValuePtr& tensor, const std::string& name);
 
  private:
+  std::vector<py::object> made_sets_;  // held: an address is never another set's
   void wrap_entry_stack();
   // Drops the frames above the first n (an exception or a caught AttributeError unwinding);
   // a generator among them is finished.

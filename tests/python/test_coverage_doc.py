@@ -50,6 +50,12 @@ def countdown(x, n):
     return x if n == 0 else countdown(x + 1, n - 1)
 
 
+def set_with_three(xs):
+    s = set(xs)
+    s.add(3)
+    return s
+
+
 def affine(x, w, b=0.0):
     return x * w + b
 
@@ -151,6 +157,7 @@ example("cfg.scale * x")(lambda x: CFG.scale * x)
 example("obj.per_side(x)")(lambda x: OBJ.per_side(x * 2) + 1)
 example("obj(x)")(lambda x: OBJ(x * 2) + 1)
 example("partial(affine, w=2.0)(x)")(lambda x: functools.partial(affine, w=2.0)(x * 2) + 1)
+example("s = set(xs); s.add(3)")(lambda x: x * len(set_with_three([1, 2])))
 example("partial(torch.mul, w * 2)(x)")(lambda x: functools.partial(torch.mul, x * 2)(x) + 1)
 example("sorted(ts, key=lambda t: t.shape[0])")(
     lambda x: sorted([x, x[:2], x[:3]], key=lambda t: t.shape[0])[0].sum() + 1)

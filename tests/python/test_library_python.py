@@ -157,6 +157,39 @@ def test_set_displays_comprehensions_and_in_on_a_global_set_are_one_graph():
         OUTPUT_KEYS.discard("loss")
 
 
+def set_methods(x):
+    seen = {1, 2}
+    seen.add(3)
+    seen.update([4, x.shape[0]])  # a size: pinned, as any set item
+    seen.discard(1)
+    wanted = set(["a", "b"]) | {"c"}
+    both = seen.union(set(range(3))).intersection({0, 3, 4})
+    return (x * len(seen) + len(both) if seen.issuperset({3, 4}) and "c" in wanted else x), seen
+
+
+def test_set_calls_and_methods_on_sets_the_trace_made_are_one_graph():
+    # set(...) and frozenset(...) of constants, and set methods on a set the trace made (its
+    # object is the trace's own: changed in place, copied where it leaves the region).
+    counter = run_both(set_methods, torch.randn(3))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(set_methods)] == ["return"]
+    out = framejit.compile(set_methods, backend=CompileCounter())(torch.randn(5))[1]
+    assert out == {2, 3, 4, 5}
+
+
+def test_a_method_changing_a_set_that_existed_before_is_left_to_python():
+    def f(x):
+        OUTPUT_KEYS.add("extra")
+        return x * len(OUTPUT_KEYS)
+
+    try:
+        before = set(OUTPUT_KEYS)
+        compiled = framejit.compile(f, backend=CompileCounter())
+        compiled(torch.ones(2))
+        assert OUTPUT_KEYS == before | {"extra"}  # changed once, as eager changes it
+    finally:
+        OUTPUT_KEYS.discard("extra")
+
+
 def test_a_set_of_tensors_is_left_to_python():
     def f(x):
         s = {x, x * 2}
