@@ -390,16 +390,12 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
         size_range(value, {entry_.slot_of_placeholder(node), dim}, SizeRelation::kNe, 1);
       }
     };
-    if (!conditions) {
-      left.clear();
-      inputs = false;
-    }
     // The same sizes on both sides cancel: true or false whatever the sizes (`q + 0 == q`).
     if (conditions && left.empty()) {
       guard_conditions();
       return Value::constant(value->obj);
     }
-    if (!inputs) left.clear();
+    if (!inputs || !conditions) left.clear();
     if (left.size() == 2 && offset == 0 && left[0].second + left[1].second == 0 &&
         (left[0].second == 1 || left[0].second == -1)) {
       auto lhs = left[0].first, rhs = left[1].first;
