@@ -416,8 +416,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     // (and a builtin base's method bound by super() or read off a new object: dict.get)
     args.insert(args.begin(), fn->bound_self);
   }
+  if (fn->is(ObjRole::kWithExit)) {  // type(manager).__exit__(manager, *args), inlined
+    args.insert(args.begin(), fn->bound_self);
+    inline_call(Value::object(fn->obj), fn->obj, std::move(args), std::move(kwargs));
+    return nullptr;
+  }
   if (fn->is(ObjRole::kGradExit) || fn->is(ObjRole::kInferenceExit) ||
-      fn->is(ObjRole::kAutocastExit)) {
+      fn->is(ObjRole::kAutocastExit) || fn->is(ObjRole::kNullExit)) {
     return exit_with(*this, fn, args);
   }
   if (fn->is(ObjRole::kNewObject)) {
@@ -428,7 +433,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return out->kind == VKind::kNull ? nullptr : out;
   }
   if (fn->is(ObjRole::kGradManager) || fn->is(ObjRole::kGradSet) ||
-      fn->is(ObjRole::kInferenceManager) || fn->is(ObjRole::kAutocastManager)) {
+      fn->is(ObjRole::kInferenceManager) || fn->is(ObjRole::kAutocastManager) ||
+      fn->is(ObjRole::kNullManager)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "call of a grad-mode manager (as a decorator)");
   }
   if (fn->is(ObjRole::kGenericGetattr)) {  // super().__getattribute__(name)
@@ -627,6 +633,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == CallableKind::kInferenceMode) return inference_mode_call(args, kwargs);
   if (kind == CallableKind::kAutocast) return autocast_call(args, kwargs);
+  if (kind == CallableKind::kNullContext) return null_context_call(callable, args, kwargs);
   if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(*this, args);
   if (kind == CallableKind::kGradModeClone && args.empty() && kwargs.empty()) {
     // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
@@ -643,10 +650,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (ValuePtr made = set_call(callable, args, kwargs)) return made;
   if (kind != CallableKind::kTorchOp &&
-      (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr()))) {
-    // map, filter, functools.reduce, itertools' chain / product / combinations / ..., and
-    // sorted / min / max with a key function: their Python forms (_python_forms.py), traced
-    // in their place.
+      (kind == CallableKind::kBuiltin || PyType_Check(callable.ptr()) || PyCFunction_Check(callable.ptr()) ||
+       (PyFunction_Check(callable.ptr()) && !is_user_function(host_, callable)))) {
+    // map, filter, functools.reduce, itertools' chain / product / combinations / ...,
+    // sorted / min / max with a key function, and the standard library's Python functions the
+    // tracer models (typing.cast): their Python forms (_python_forms.py), traced in their place.
     const bool keyed = std::any_of(kwargs.begin(), kwargs.end(),
                                    [](const auto& kw) { return kw.first == "key"; });
     py::object form = refs.support.attr("python_form")(callable, keyed);
@@ -763,12 +771,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kNotTraced && PyMethod_Check(callable.ptr()) && fn->source >= 0 &&
       !fn->bound_self) {
     // A bound method made before the region (forward_fn = self.feed_forward_chunk, passed in):
-    // its function and its self, read by source.
-    // (Not a `with` block's __exit__: the runtime calls it, as it entered the block.)
+    // its function and its self, read by source. (Also a `with` block's __exit__, left on the
+    // stack where a region started inside the block: whoever entered it, its code runs here.)
     ValuePtr function = entry_.load(entry_.sources().attr(fn->source, "__func__"));
     ValuePtr self = entry_.load(entry_.sources().attr(fn->source, "__self__"));
-    if (function && self && PyFunction_Check(function->obj.ptr()) &&
-        callable_name(function->obj).find("__exit__") == std::string::npos) {
+    if (function && self && PyFunction_Check(function->obj.ptr())) {
       args.insert(args.begin(), self);
       return call(function, std::move(args), std::move(kwargs));
     }

@@ -100,6 +100,20 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   PyRefs& refs = PyRefs::get();
   PyObject* obj = real.ptr();
   ValuePtr value;
+  const bool by_reference = is_tensor(obj) || !(is_constant_type(obj) || PyTuple_CheckExact(obj) ||
+                                                PyList_CheckExact(obj) || is_identity_object(obj) ||
+                                                PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+                                                PyCFunction_Check(obj));
+  if (by_reference) {
+    auto seen = slot_of_object_.find(obj);
+    if (seen != slot_of_object_.end()) {
+      guards_.add_same(slot, seen->second);
+      value = by_slot_.at(seen->second);
+      by_slot_[slot] = value;
+      return value;
+    }
+    slot_of_object_.emplace(obj, slot);
+  }
   if (is_tensor(obj)) {
     if (!is_plain_tensor_type(obj) &&
         refs.support.attr("has_torch_function_override")(real).cast<bool>()) {

@@ -115,6 +115,10 @@ class EntryState {
   std::vector<Ref> live_;  // live values by slot
   std::unordered_map<int, ValuePtr> by_slot_;
   std::unordered_map<Node*, int> tensor_slots_;  // tensor placeholder -> its source slot
+  // A tensor or plain object wrapped once -> its first slot: read again through another source
+  // (a parameter of the model and of the optimizer's param_groups) it is the same value, and
+  // the second source is guarded to be the same object.
+  std::unordered_map<PyObject*, int> slot_of_object_;
   std::vector<Rebuild> inputs_;
   std::set<std::pair<int, std::string>> class_attributes_guarded_;
   std::unordered_map<PyObject*, int> changed_;  // see note_changed: live object -> its slot

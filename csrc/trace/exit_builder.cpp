@@ -160,6 +160,17 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_setter"),
                              {Rebuild::constant(value->obj[py::int_(0)]), Rebuild::constant(value->obj[py::int_(1)])});
       }
+      if (value->role == ObjRole::kWithExit) {  // the bound __exit__ of a block the region ends inside
+        return Rebuild::call(PyRefs::get().support.attr("bound_exit"), {rebuild_of(value->bound_self)});
+      }
+      if (value->role == ObjRole::kNullExit) {
+        return Rebuild::constant(PyRefs::get().support.attr("null_exit"));
+      }
+      if (value->role == ObjRole::kNullManager) {  // made in the trace, not yet entered
+        std::vector<Rebuild> given;
+        for (const auto& item : value->items) given.push_back(rebuild_of(item));
+        return Rebuild::call(value->obj, std::move(given));
+      }
       if (value->role == ObjRole::kGradExit) {  // the __exit__ of a block the region ends inside
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }

@@ -141,6 +141,15 @@ ValuePtr autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs
   return value;
 }
 
+ValuePtr null_context_call(py::handle cls, const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  if (!kwargs.empty()) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "{} with keyword arguments", safe_repr(cls));
+  }
+  ValuePtr value = mode_value(ObjRole::kNullManager, py::reinterpret_borrow<py::object>(cls));
+  value->items = args;  // its enter_result (nullcontext), name and args (record_function)
+  return value;
+}
+
 void check_no_open_mode_block(Tracer& t, const std::string& why) {
   if (!t.modes().in_block()) return;
   throw InlineBreak{t.modes().innermost_site(), why + " (inside `with torch.inference_mode()`)"};
@@ -174,6 +183,11 @@ void enter_with(Tracer& t, const ValuePtr& manager) {
     ValuePtr exit = mode_value(ObjRole::kGradExit, py::bool_(ModeStack::grad_enabled()));
     switch_grad_mode(t, enabled);
     push_with_exit(t, std::move(exit));
+  } else if (manager->is(ObjRole::kNullManager)) {
+    const bool null_context =
+        manager->obj.is(py::module_::import("contextlib").attr("nullcontext"));
+    t.push(mode_value(ObjRole::kNullExit, py::none()));
+    t.push(null_context && !manager->items.empty() ? manager->items[0] : Value::constant(py::none()));
   } else {
     FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it", manager->describe());
   }
@@ -185,6 +199,7 @@ ValuePtr exit_with(Tracer& t, const ValuePtr& exit, const std::vector<ValuePtr>&
       FJ_UNSUPPORTED(kUnsupportedCall, "__exit__ of a grad-mode block with an exception");
     }
   }
+  if (exit->is(ObjRole::kNullExit)) return Value::constant(py::none());
   if (exit->is(ObjRole::kInferenceExit) || exit->is(ObjRole::kAutocastExit)) {
     const bool inference = exit->is(ObjRole::kInferenceExit);
     py::object leave = t.modes().close_block(exit->obj);

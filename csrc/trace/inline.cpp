@@ -176,6 +176,32 @@ bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
   return true;
 }
 
+bool Tracer::enter_python_with(const ValuePtr& manager) {
+  const bool made = manager->is(ObjRole::kNewObject);  // obj: its class
+  if (!made && (!manager->is(ObjRole::kPlain) || manager->kind != VKind::kObject ||
+                manager->bound_self || PyType_Check(manager->obj.ptr()))) {
+    return false;
+  }
+  static PyObject* const kEnter = PyUnicode_InternFromString("__enter__");
+  static PyObject* const kExit = PyUnicode_InternFromString("__exit__");
+  auto* type = made ? reinterpret_cast<PyTypeObject*>(manager->obj.ptr()) : Py_TYPE(manager->obj.ptr());
+  PyObject* enter = _PyType_Lookup(type, kEnter);  // Borrowed
+  PyObject* exit = _PyType_Lookup(type, kExit);    // Borrowed
+  if (enter == nullptr || exit == nullptr || !PyFunction_Check(enter) || !PyFunction_Check(exit) ||
+      !is_user_function(host_, enter) || !is_user_function(host_, exit)) {
+    return false;
+  }
+  // As BEFORE_WITH: type(manager).__exit__ bound to the manager, then what __enter__ returns.
+  const ValuePtr& guarded = made ? manager->origin : manager;
+  if (guarded && guarded->source >= 0) guard_class_attribute(guarded, "__exit__", true, /*same_object=*/true);
+  ValuePtr bound_exit = Value::object(py::reinterpret_borrow<py::object>(exit));
+  bound_exit->role = ObjRole::kWithExit;
+  bound_exit->bound_self = manager;
+  push(std::move(bound_exit));
+  FJ_CHECK(inline_special_method(manager, kEnter, {}), "__enter__ not inlined");
+  return true;
+}
+
 void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                          KwValues kwargs, bool may_make_generator) {
   const bool made = fn && fn->is(ObjRole::kMadeFunction);

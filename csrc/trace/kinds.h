@@ -17,6 +17,7 @@ namespace framejit {
   V(kSetGradEnabled, SET_GRAD_ENABLED)    /* torch.set_grad_enabled */                       \
   V(kInferenceMode, INFERENCE_MODE)       /* torch.inference_mode */                         \
   V(kAutocast, AUTOCAST)                  /* torch.autocast */                               \
+  V(kNullContext, NULL_CONTEXT)           /* record_function, nullcontext: nothing to hold */ \
   V(kGradModeClone, GRAD_MODE_CLONE)      /* ctx_factory of a @torch.no_grad() wrapper */    \
   V(kGradModeWrapper, GRAD_MODE_WRAPPER)  /* that wrapper */                                 \
   V(kModuleListing, MODULE_LISTING)       /* Module.modules(), parameters(), ... */          \

@@ -18,6 +18,9 @@ ValuePtr set_grad_enabled_call(Tracer& t, const std::vector<ValuePtr>& args);
 // torch.inference_mode(mode) and torch.autocast(...) with arguments known at trace time.
 ValuePtr inference_mode_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
 ValuePtr autocast_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+// A context manager whose block holds nothing for the graph (`cls`: a profiler range, which the
+// graph does not record, as under torch.compile; contextlib.nullcontext(enter_result)).
+ValuePtr null_context_call(py::handle cls, const std::vector<ValuePtr>& args, const KwValues& kwargs);
 // BEFORE_WITH on a mode manager of the trace: records the switch and pushes [__exit__, None].
 void enter_with(Tracer& t, const ValuePtr& manager);
 // The __exit__ of such a block called (with no exception).

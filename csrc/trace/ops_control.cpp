@@ -194,7 +194,11 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
   return Value::iter(std::move(items));
 }
 
-void op_before_with(Tracer& t, const Instr&) { enter_with(t, t.pop()); }
+void op_before_with(Tracer& t, const Instr&) {
+  ValuePtr manager = t.pop();
+  if (t.enter_python_with(manager)) return;  // a class of the user's or a library's
+  enter_with(t, manager);                    // a mode manager of the trace, or a null context
+}
 
 void register_control_ops(HandlerTable& table) {
   auto set = [&](Op op, OpHandler handler) { table[static_cast<size_t>(op)] = handler; };

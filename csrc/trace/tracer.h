@@ -42,6 +42,10 @@ struct TracedRaise {
 // (Value::remake); nullptr for other classes (generators.cpp).
 ValuePtr simple_exception(py::handle cls, const py::tuple& args, const py::dict& kwargs);
 
+// Whether the trace inlines the Python function `fn` (calls.cpp): the policy traces its file, or
+// it is a helper of torch.nn's own modules or functional.
+bool is_user_function(TraceHost& host, py::handle fn);
+
 using OpHandler = void (*)(Tracer&, const Instr&);
 using HandlerTable = std::array<OpHandler, static_cast<size_t>(Op::kUnknown) + 1>;
 
@@ -309,6 +313,10 @@ class Tracer {
   // Borrowed: name (an interned str).
   bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest,
                              bool may_make_generator = false);
+  // BEFORE_WITH on an object whose class defines __enter__ and __exit__ as Python functions the
+  // policy traces: pushes the bound __exit__ (a kWithExit value) and inlines __enter__, whose
+  // result is pushed when it returns. False, doing nothing, for any other manager.
+  bool enter_python_with(const ValuePtr& manager);
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);

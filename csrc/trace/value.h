@@ -76,6 +76,13 @@ enum class ObjRole : uint8_t {
                       // partial type; items: f, the args tuple, the keywords as a list of
                       // (name, value) pairs. A region exit that needs it builds a real one
                       // (_support.make_partial)
+  kWithExit,          // the __exit__ a `with` on an object whose class defines __enter__ and
+                      // __exit__ in Python pushes: obj: that __exit__ function; bound_self: the
+                      // manager (a call inlines it; a region exit rebuilds it bound)
+  kNullManager,       // a context manager with nothing the graph holds, made in the trace
+                      // (profiler ranges, contextlib.nullcontext): obj: its class; items: the
+                      // arguments it was made with
+  kNullExit,          // its `with`'s __exit__: does nothing
   kDictView,          // d.keys() / d.values() / d.items(): method: which; over: the dict (a
                       // kDict of the trace, read as it is whenever the view is used, or a dict
                       // read by source: items holds its guarded snapshot, a list value)

@@ -11,6 +11,7 @@ versions do. Nothing here is called outside a trace.
 """
 import functools
 import itertools
+import typing
 
 from . import _C
 
@@ -166,6 +167,10 @@ def _extreme(name, args, key, default, has_default, largest):
     return best
 
 
+def trace_cast(typ, val):
+    return val  # typing.cast only tells a type checker
+
+
 _NO_DEFAULT = object()
 
 
@@ -190,6 +195,7 @@ _FORMS = {
     itertools.combinations: trace_combinations,
     itertools.zip_longest: trace_zip_longest,
     itertools.accumulate: trace_accumulate,
+    typing.cast: trace_cast,
 }
 
 

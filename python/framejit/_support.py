@@ -108,6 +108,8 @@ def classify_callable(fn) -> CallableKind:
     module = getattr(fn, "__module__", None) or ""
     if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
         return CallableKind.BUILTIN
+    if fn in _NULL_CONTEXTS:
+        return CallableKind.NULL_CONTEXT
     if isinstance(fn, type):
         return CallableKind.NOT_TRACED
     if module == "torch" or module.startswith("torch."):
@@ -123,6 +125,32 @@ def classify_callable(fn) -> CallableKind:
     if isinstance(owner, type) and owner.__name__ == "_VariableFunctionsClass":
         return CallableKind.TORCH_OP
     return CallableKind.NOT_TRACED
+
+
+# Context managers whose block holds nothing for a graph: profiler ranges (not recorded inside a
+# compiled region, as under torch.compile) and contextlib.nullcontext.
+def _null_contexts():
+    import contextlib
+    import torch.autograd.profiler
+    found = {contextlib.nullcontext, torch.autograd.profiler.record_function}
+    profiler = getattr(torch, "profiler", None)
+    if profiler is not None and hasattr(profiler, "record_function"):
+        found.add(profiler.record_function)
+    return found
+
+
+_NULL_CONTEXTS = _null_contexts()
+
+
+def bound_exit(manager):
+    """The __exit__ a `with` on `manager` holds (BEFORE_WITH's lookup), for a region that ends
+    inside the block."""
+    return type(manager).__exit__.__get__(manager)
+
+
+def null_exit(*exc_info):
+    """The __exit__ of a null context's block a region ends inside."""
+    return None
 
 
 # Questions libraries ask to take their compile-friendly paths: True while framejit traces, as under

@@ -6,6 +6,7 @@ Each example is a small function registered with @example("<the example text>");
 4x4 tensor unless the registration gives another input. The outcome is read from the regions of
 that function's own code, so a callee that breaks shows as a break of the caller."""
 import collections
+import contextlib
 import collections.abc
 import dataclasses
 import enum
@@ -15,6 +16,7 @@ import operator
 import os
 import re
 import types
+import typing
 from pathlib import Path
 
 import pytest
@@ -656,6 +658,25 @@ def ex_own_manager(x):
     with Timer():
         y = x * 2
     return y
+
+
+@example("with contextlib.suppress(KeyError):")
+def ex_untraced_manager(x):
+    with contextlib.suppress(KeyError):
+        y = x * 2
+    return y
+
+
+@example('with torch.profiler.record_function("step"):')
+def ex_record_function(x):
+    with torch.profiler.record_function("step"):
+        y = x * 2
+    return y
+
+
+@example("typing.cast(torch.Tensor, x)")
+def ex_cast(x):
+    return typing.cast(torch.Tensor, x) * 2
 
 
 # ---------------------------------------------------------------------------------------------

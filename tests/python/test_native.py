@@ -96,9 +96,11 @@ def test_inplace_on_input_views_and_aliasing_behave_as_eager():
     assert t._base is a or t.data_ptr() == a.data_ptr()
 
 
-def test_one_tensor_passed_twice_lowers_two_inputs():
+def test_one_tensor_passed_twice_is_one_input_guarded_the_same():
     # make_fx memoises fakes by identity; a program lowered from f(a, a) once read one input twice,
-    # and the next call with the same metadata, f(b, a), computed f(b, b).
+    # and the next call with the same metadata, f(b, a), computed f(b, b). Now the trace takes
+    # f(a, a)'s two arguments as one input, guarded to be one object: f(b, a) compiles again with
+    # two (as torch.compile does).
     def f(x, y):
         return x * 1 + y * 2
 
@@ -107,7 +109,8 @@ def test_one_tensor_passed_twice_lowers_two_inputs():
     a, b = torch.ones(2), torch.full((2,), 2.0)
     for args in ((a, a), (b, a), (a, b), (b, b)):
         assert same(compiled(*args), f(*args))
-    assert counter.frame_count == 1 and lowered(counter) == (1, 0)
+    assert counter.frame_count == 2 and lowered(counter) == (2, 0)
+    assert [sum(n.op == "placeholder" for n in g.graph.nodes) for g in counter.graphs] == [1, 2]
 
     def g(x, y):  # in place through one alias: the other sees it, as in eager
         x.add_(1)

@@ -1,5 +1,7 @@
 """The region runtime end to end: the seed function, warm_branches, explain, numbers that come
 out of a break, deopt mid-frame, exceptions at performed instructions, and the logs."""
+import contextlib
+import typing
 import logging
 import sys
 import traceback
@@ -161,7 +163,7 @@ def test_no_grad_block_is_one_graph_with_grad_mode_switches():
 
 
 class Recorder:
-    """A context manager of the user's: the runtime must enter and exit it once per call."""
+    """A context manager of the user's, entered and exited once per call."""
 
     def __init__(self):
         self.events = []
@@ -185,17 +187,69 @@ def uses_own_manager(x):
     return z
 
 
-def test_other_with_blocks_are_entered_by_the_runtime_and_their_body_compiled():
+def test_own_with_blocks_are_traced_with_their_enter_and_exit():
     counter = CompileCounter()
     compiled = framejit.compile(uses_own_manager, backend=counter)
     x = torch.ones(2)
     for _ in range(3):
+        RECORDER.events.clear()  # (a list read by source is guarded by its items)
         assert same(compiled(x), uses_own_manager(x))
-    assert RECORDER.events == ["enter", "exit"] * 6
-    # y = x * 2 | entered by the runtime | z = y + 1 | __exit__ called by the runtime | return z
-    assert [(r["kind"], r["exit"]) for r in regions(uses_own_manager)] == [
-        ("compiled", "with"), ("compiled", "call"), ("compiled", "return")]
-    assert counter.frame_count == 2
+        assert RECORDER.events == ["enter", "exit"] * 2  # the trace's appends, replayed
+    assert [(r["kind"], r["exit"]) for r in regions(uses_own_manager)] == [("compiled", "return")]
+    assert counter.frame_count == 1
+
+
+class Collects:
+    def __init__(self, log):
+        self.log = log
+
+    def __enter__(self):
+        self.log.append("in")
+        return self
+
+    def __exit__(self, *exc):
+        self.log.append("out")
+        return None
+
+
+def breaks_inside_own_block(x, log):
+    with Collects(log) as cm:
+        y = x + 1
+        if y.sum() > 0:  # a break inside the block: the runtime gets the bound __exit__
+            y = y * 3
+        y = y - 1
+    return y, cm.log
+
+
+def test_a_region_ending_inside_an_own_block_leaves_its_exit_to_the_next():
+    counter = CompileCounter()
+    compiled = framejit.compile(breaks_inside_own_block, backend=counter)
+    for sign in (1, -1, 1):
+        log, ref_log = [], []
+        x = torch.ones(3) * sign
+        out, seen = compiled(x, log)
+        ref, _ = breaks_inside_own_block(x, ref_log)
+        assert same(out, ref) and log == ref_log == ["in", "out"] and seen is log
+    assert [r["exit"] for r in regions(breaks_inside_own_block)][0] == "branch"
+    assert counter.frame_count == 3  # before the branch; each side with the exit inlined
+
+
+def uses_null_contexts(x):
+    with torch.autograd.profiler.record_function("outer"):
+        y = x * 2
+        with contextlib.nullcontext(y) as z:
+            y = z + 1
+    return typing.cast(torch.Tensor, y)
+
+
+def test_profiler_ranges_and_nullcontext_leave_nothing_in_the_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_null_contexts, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x), uses_null_contexts(x))
+    assert counter.frame_count == 1 and regions(uses_null_contexts)[0]["exit"] == "return"
+    code = counter.graphs[0].code
+    assert "mul" in code and "add" in code and "record_function" not in code
 
 
 def uses_inference_mode(x):
@@ -371,11 +425,11 @@ def sums_items(d):
 def test_iterating_an_input_dict_guards_its_keys_in_order():
     counter = CompileCounter()
     compiled = framejit.compile(sums_items, backend=counter)
-    ones = torch.ones(2)
-    for d in ({"a": ones, "bb": ones}, {"a": ones * 2, "bb": ones}):
+    ones, twos = torch.ones(2), torch.full((2,), 2.0)  # distinct tensors: aliasing is guarded too
+    for d in ({"a": ones, "bb": twos}, {"a": ones * 2, "bb": twos}):
         assert same(compiled(d), sums_items(d))
     assert counter.frame_count == 1
-    for d in ({"a": ones, "bb": ones, "ccc": ones}, {"bb": ones, "a": ones * 3}):
+    for d in ({"a": ones, "bb": twos, "ccc": ones * 4}, {"bb": twos, "a": ones * 3}):
         assert same(compiled(d), sums_items(d))  # a new key, then the same keys reordered
     assert counter.frame_count == 3
     assert "DICT_KEYS" in regions(sums_items)[0]["guards"]
