@@ -18,6 +18,11 @@ inline std::string safe_repr(const py::handle& obj) { return safe_repr(obj.ptr()
 std::string short_repr(PyObject* obj);
 inline std::string short_repr(const py::handle& obj) { return short_repr(obj.ptr()); }
 
+// An exact dict or an exact collections.OrderedDict: a mapping whose items a trace reads by
+// source with dict's semantics (an OrderedDict's order is its own: read its keys by iterating
+// it, never with PyDict_Next). Borrowed: obj.
+inline bool is_plain_dict(PyObject* obj) { return PyDict_CheckExact(obj) || PyODict_CheckExact(obj); }
+
 // The UTF-8 text of a str object (a code object's file or name), "?" if it has none. Never throws.
 std::string str_text(PyObject* str);
 

@@ -12,6 +12,25 @@ namespace framejit {
 
 namespace {
 
+// An object as a guard's text shows it: a tensor (a parameter keying an optimizer's state) by its
+// type, shape and address rather than its values; anything else by its repr.
+std::string object_text(PyObject* obj) {
+  PyObject* shape = PyObject_HasAttrString(obj, "data_ptr") ? PyObject_GetAttrString(obj, "shape") : nullptr;
+  if (shape == nullptr) {
+    PyErr_Clear();
+    return safe_repr(obj);
+  }
+  std::string text = fmt::format("<{} {} at {}>", Py_TYPE(obj)->tp_name, safe_repr(shape),
+                                 static_cast<const void*>(obj));
+  Py_DECREF(shape);
+  return text;
+}
+
+}  // namespace
+
+
+namespace {
+
 // Whether two guards check the same thing (a trace asks the same question many times: a
 // config's __dict__ for each attribute read through its __getattribute__).
 bool same_guard(const Guard& a, const Guard& b) {
@@ -249,8 +268,21 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return true;
     }
     case GuardKind::kDictKeys: {
-      if (!PyDict_CheckExact(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
+      if (!is_plain_dict(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
         return false;
+      }
+      if (PyODict_CheckExact(value)) {  // its own order: iterated, as the trace read it
+        Ref keys = Ref::steal(PySequence_Tuple(value));
+        if (!keys) {
+          PyErr_Clear();
+          return false;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); ++i) {
+          PyObject* key = PyTuple_GET_ITEM(keys.get(), i);
+          PyObject* want = PyTuple_GET_ITEM(expected, i);
+          if (key != want && !same_constant(key, want)) return false;
+        }
+        return true;
       }
       Py_ssize_t pos = 0;
       Py_ssize_t i = 0;
@@ -300,7 +332,7 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
     case GuardKind::kSame:
       return fmt::format("SAME {} is {}", src, sources.at(static_cast<int>(guard.n)).text);
     case GuardKind::kId:
-      return fmt::format("ID_MATCH {} is {}", src, safe_repr(guard.expected));
+      return fmt::format("ID_MATCH {} is {}", src, object_text(guard.expected.ptr()));
     case GuardKind::kConstEq:
       return fmt::format("CONSTANT_MATCH {} == {}", src, safe_repr(guard.expected));
     case GuardKind::kTensor:
@@ -312,7 +344,7 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
                          relation_text(static_cast<SizeRelation>(guard.rel)),
                          sources.at(static_cast<int>(guard.n)).text, guard.other_dim);
     case GuardKind::kDictContains:
-      return fmt::format("DICT_CONTAINS {} in {} is {}", safe_repr(guard.expected), src,
+      return fmt::format("DICT_CONTAINS {} in {} is {}", object_text(guard.expected.ptr()), src,
                          guard.n ? "True" : "False");
     case GuardKind::kDictKeys:
       return fmt::format("DICT_KEYS list({}) == {}", src, safe_repr(guard.expected));

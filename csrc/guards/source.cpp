@@ -153,6 +153,15 @@ Source SourceTable::item(int base, py::object key) const {
   return s;
 }
 
+Source SourceTable::item_by_object(int base, py::object key, int key_slot) const {
+  Source s;
+  s.kind = SourceKind::kItem;
+  s.base = base;
+  s.key = std::move(key);
+  s.text = sources_[base].text + "[" + sources_[key_slot].text + "]";
+  s.name_hint = sources_[base].name_hint + "_" + sources_[key_slot].name_hint;
+  return s;
+}
 
 PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* slots) const {
   const Source& s = sources_[slot];

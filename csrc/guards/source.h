@@ -96,6 +96,9 @@ class SourceTable {
   // __getattribute__, looked up as that method's super() call does.
   Source generic_attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
+  // slot `base`[the object read from slot `key_slot`]: a dict keyed by objects that hash by
+  // identity (an optimizer's state, keyed by parameters), named after the key's source.
+  Source item_by_object(int base, py::object key, int key_slot) const;
 
  private:
   std::vector<Source> sources_;

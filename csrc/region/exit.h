@@ -54,6 +54,8 @@ struct RegionExit {
     py::object name;
     Rebuild value;
     bool generic = false;  // object.__setattr__'s store, past the class's own __setattr__
+    bool item = false;     // target[key] = value (name unused)
+    Rebuild key;
   };
   std::vector<AttrWrite> attr_writes;
   // Python arithmetic of the region on numbers known only at run time (math.log(x.item()),

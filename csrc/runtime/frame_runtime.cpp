@@ -526,6 +526,7 @@ PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
 // graph left them, and the region can still run again as Python.
 struct ExitValues {
   std::vector<std::pair<Ref, Ref>> attrs;  // target, value: one per attribute write
+  std::vector<Ref> keys;                   // the key of each item write (null for the others)
   // The lists and dicts whose new contents are in already, each with a copy of its old ones.
   std::vector<std::pair<Ref, Ref>> replaced;
   std::vector<std::pair<int, Ref>> locals;
@@ -563,7 +564,13 @@ bool build_exit_values_in(const RegionExit& exit, PyObject* outputs, const SlotV
     if (!target) return false;
     Ref value = Ref::steal(write.value.build(outputs, slots, memo));
     if (!value) return false;
+    Ref key;
+    if (write.item) {
+      key = Ref::steal(write.key.build(outputs, slots, memo));
+      if (!key) return false;
+    }
     values.attrs.emplace_back(std::move(target), std::move(value));
+    values.keys.push_back(std::move(key));
   }
   // The lists and dicts the region changed get their new contents before the locals and the
   // stack are built: an iterator the exit makes over one of them (a loop the region leaves
@@ -609,6 +616,10 @@ bool apply_attr_writes(const RegionExit& exit, const ExitValues& values) {
     const auto& [target, value] = values.attrs[i];
     PyObject* name = exit.attr_writes[i].name.ptr();
     if (name == Py_None) continue;
+    if (exit.attr_writes[i].item) {
+      if (PyObject_SetItem(target.get(), values.keys[i].get(), value.get()) < 0) return false;
+      continue;
+    }
     const int failed = exit.attr_writes[i].generic
                            ? PyObject_GenericSetAttr(target.get(), name, value.get())
                            : PyObject_SetAttr(target.get(), name, value.get());

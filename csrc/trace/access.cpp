@@ -348,9 +348,10 @@ ValuePtr Tracer::finish_read(const ValuePtr& attribute) {
 
 bool Tracer::dict_by_source(const ValuePtr& dict,
                             std::vector<std::pair<py::object, ValuePtr>>& out) {
-  if (dict->kind != VKind::kObject || dict->source < 0 || !PyDict_CheckExact(dict->obj.ptr())) {
+  if (dict->kind != VKind::kObject || dict->source < 0 || !is_plain_dict(dict->obj.ptr())) {
     return false;
   }
+  check_items_unchanged(dict);
   py::tuple keys(py::list(dict->obj));  // in insertion order
   for (py::handle key : keys) {
     PyObject* k = key.ptr();  // keys a guard can compare: str, int, bool, None
@@ -535,6 +536,67 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name, bo
   }
 }
 
+void Tracer::check_items_unchanged(const ValuePtr& dict) {
+  if (dict->kind == VKind::kObject && effects_.items_written(dict->obj.ptr())) {
+    FJ_UNSUPPORTED(kSideEffect, "{} read whole after this region stored an item into it",
+                   dict->describe());
+  }
+}
+
+void Tracer::missing_key(const ValuePtr& dict) {
+  static PyObject* const kMissing = PyUnicode_InternFromString("__missing__");
+  if (_PyType_Lookup(Py_TYPE(dict->obj.ptr()), kMissing) != nullptr) {
+    // defaultdict, Counter: the lookup inserts or answers a default, which the runtime does.
+    FJ_UNSUPPORTED(kSideEffect, "a missing key of {}, whose class defines __missing__",
+                   dict->describe());
+  }
+}
+
+ValuePtr Tracer::item_by_object(const ValuePtr& base, const ValuePtr& key) {
+  if (base->kind != VKind::kObject || base->source < 0 || !reads_items_as_dict(base->obj.ptr()) ||
+      key->source < 0 || (key->kind != VKind::kTensor && !key->is(ObjRole::kPlain))) {
+    return nullptr;
+  }
+  PyObject* real_key = entry_.live_value(key->source);
+  static PyObject* const kHash = PyUnicode_InternFromString("__hash__");
+  PyObject* hash = _PyType_Lookup(Py_TYPE(real_key), kHash);  // Borrowed
+  const bool by_identity = key->kind == VKind::kTensor ||
+                           hash == _PyType_Lookup(&PyBaseObject_Type, kHash);
+  if (!by_identity || is_identity_object(real_key)) return nullptr;  // (classes, functions: constants)
+  // The same object on every call: the entry the trace reads is the one for this key.
+  entry_.guard_id(key->source, real_key);
+  if (const ValuePtr* stored = effects_.pending_item(base, real_key)) return *stored;
+  py::object k = py::reinterpret_borrow<py::object>(real_key);
+  const int contains = PyDict_Contains(base->obj.ptr(), real_key);
+  if (contains < 0) throw py::error_already_set();
+  if (contains == 0) {
+    static PyObject* const kDefaultDict =
+        py::object(py::module_::import("collections").attr("defaultdict")).release().ptr();
+    if (Py_TYPE(base->obj.ptr()) == reinterpret_cast<PyTypeObject*>(kDefaultDict)) {
+      // defaultdict(dict) / defaultdict(list) (an optimizer's state on its first step): the new
+      // empty container is the trace's, stored as base[key] at the exit.
+      ValuePtr factory = entry_.load(entry_.sources().attr(base->source, "default_factory"));
+      PyObject* made_by = factory ? factory->obj.ptr() : nullptr;
+      if (made_by == reinterpret_cast<PyObject*>(&PyDict_Type) ||
+          made_by == reinterpret_cast<PyObject*>(&PyList_Type)) {
+        entry_.guard_dict_contains(base->source, real_key, false);
+        ValuePtr made = made_by == reinterpret_cast<PyObject*>(&PyDict_Type) ? Value::dict({}, {})
+                                                                             : Value::list({});
+        effects_.record_item(base, key, std::move(k), made);
+        return made;
+      }
+    }
+    missing_key(base);
+    entry_.guard_dict_contains(base->source, real_key, false);
+    ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());
+    FJ_CHECK(exc != nullptr, "KeyError not constructible");
+    throw TracedRaise{std::move(exc)};
+  }
+  ValuePtr value = entry_.load(entry_.sources().item_by_object(base->source, k, key->source));
+  FJ_CHECK(value != nullptr, "present key {} unreadable", entry_.sources().at(key->source).text);
+  return value;
+}
+
 ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   if (base->kind == VKind::kTensor) {
     // A slice with a size expression for a bound stays a graph value (`x[:, 0:T]` takes any
@@ -545,6 +607,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
     const ValuePtr key = key_in->kind == VKind::kTuple ? Value::map_items(key_in, index) : index(key_in);
     return record_operator("getitem", "[]", {base, key});
   }
+  if (ValuePtr found = item_by_object(base, key_in)) return found;
   const ValuePtr key = sizes_.concretize(key_in);
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} with {}", base->describe(),
@@ -623,6 +686,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       }
       if (base->source >= 0 && reads_items_as_dict(base->obj.ptr())) {
         if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
+          missing_key(base);
           // KeyError, as CPython raises it: caught by a try block in the trace (Mapping.get on a
           // registry), else the region ends here. The key's absence is guarded.
           entry_.guard_dict_contains(base->source, k.ptr(), false);
@@ -647,6 +711,13 @@ bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
     static PyObject* const kSetattr = PyUnicode_InternFromString("__setattr__");
     if (inline_special_method(target, kSetattr, {Value::constant(py::str(name)), value})) return true;
     new_object_store(target, name, std::move(value));
+    return false;
+  }
+  if (target->kind == VKind::kTensor && name == "grad" && target->source >= 0 &&
+      (value->kind == VKind::kTensor || (value->is_const() && value->obj.is_none()))) {
+    // An input's gradient set (zero_grad's `p.grad = None`): replayed at the exit, read back by
+    // later loads of this trace.
+    effects_.record(target, name, std::move(value));
     return false;
   }
   if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||

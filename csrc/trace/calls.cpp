@@ -559,6 +559,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         name == "get" && kwargs.empty() &&
         (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
       const py::object key = args[1]->as_python();
+      check_items_unchanged(self);
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
       entry_.guard_dict_contains(self->source, key.ptr(), present);
       if (present) return item(self, args[1]);
@@ -655,8 +656,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     // map, filter, functools.reduce, itertools' chain / product / combinations / ...,
     // sorted / min / max with a key function, and the standard library's Python functions the
     // tracer models (typing.cast): their Python forms (_python_forms.py), traced in their place.
-    const bool keyed = std::any_of(kwargs.begin(), kwargs.end(),
-                                   [](const auto& kw) { return kw.first == "key"; });
+    const bool keyed = std::any_of(kwargs.begin(), kwargs.end(), [](const auto& kw) {
+      return kw.first == "key" || kw.first == "strict";
+    });
     py::object form = refs.support.attr("python_form")(callable, keyed);
     if (!form.is_none()) {
       inline_call(Value::object(form), form, std::move(args), std::move(kwargs),
@@ -784,6 +786,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     inline_call(fn, callable, std::move(args), std::move(kwargs), /*may_make_generator=*/true);
     return nullptr;
   }
+  if (kind == CallableKind::kNotTraced && PyFunction_Check(callable.ptr())) {
+    // torch's own disable wrapper around an optimizer's method (zero_grad, _init_group): the
+    // method, traced (the wrapper keeps Dynamo out, not framejit).
+    py::object inner = refs.support.attr("traced_past_disable")(callable);
+    if (!inner.is_none()) {
+      if (fn->source >= 0) entry_.guard_id(fn->source, callable.ptr());
+      inline_call(Value::object(inner), inner, std::move(args), std::move(kwargs));
+      return nullptr;
+    }
+  }
   if (kind == CallableKind::kTorchOp) {
     return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                        "", py::str(py::getattr(callable, "__name__", py::str("call"))));
@@ -879,6 +891,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(py::int_(v->items.size()));
       }
       if (v->kind == VKind::kObject && v->source >= 0 && PyDict_Check(v->obj.ptr())) {
+        check_items_unchanged(v);
         const Py_ssize_t n = PyDict_Size(v->obj.ptr());
         entry_.guard_len(v->source, n);
         return Value::constant(py::int_(n));

@@ -93,14 +93,10 @@ ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
   if (self->kind == VKind::kDict) {
     keys = self->keys;
     values = self->items;
-  } else if (self->kind == VKind::kObject && self->source >= 0 && PyDict_CheckExact(self->obj.ptr())) {
+  } else if (self->kind == VKind::kObject && self->source >= 0 && is_plain_dict(self->obj.ptr())) {
+    check_items_unchanged(self);
     // The loop or list built from the view depends on every key and their order.
-    py::tuple guarded(PyDict_GET_SIZE(self->obj.ptr()));
-    Py_ssize_t pos = 0, i = 0;
-    PyObject* key;  // Borrowed
-    while (PyDict_Next(self->obj.ptr(), &pos, &key, nullptr)) {
-      guarded[i++] = py::reinterpret_borrow<py::object>(key);
-    }
+    py::tuple guarded(py::list(self->obj));  // in its order (an OrderedDict's own)
     entry_.guard_dict_keys(self->source, guarded.ptr());
     for (const py::handle key_obj : guarded) {
       keys.push_back(py::reinterpret_borrow<py::object>(key_obj));
@@ -157,7 +153,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   if (!kwargs.empty()) return nullptr;
   if ((name == "keys" || name == "values" || name == "items") && n == 0) {
     const bool sourced_dict = self->kind == VKind::kObject && self->source >= 0 &&
-                              PyDict_CheckExact(self->obj.ptr());
+                              is_plain_dict(self->obj.ptr());
     if (self->kind != VKind::kDict && !sourced_dict) return dict_view(self, name);  // ModuleDict
     // A view object, as in Python: used later it shows the dict as it is then. `obj` is an
     // empty view of the same type, for type() and `is`; nothing else reads it.

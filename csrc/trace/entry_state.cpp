@@ -175,9 +175,15 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
 }
 
 bool EntryState::is_frame_state(int slot) const {
-  // Items of containers count too: the (i, t) pair a performed FOR_ITER pushed for a loop over
-  // enumerate() holds the loop counter.
-  while (sources_.at(slot).kind == SourceKind::kItem) slot = sources_.at(slot).base;
+  // Items of tuples and lists count too: the (i, t) pair a performed FOR_ITER pushed for a loop
+  // over enumerate() holds the loop counter. A dict's items do not: a number in a config or an
+  // optimizer's param group is a setting, specialised like one read at the frame's start.
+  while (sources_.at(slot).kind == SourceKind::kItem) {
+    const int base = sources_.at(slot).base;
+    PyObject* container = live_[base].get();
+    if (container == nullptr || !(PyTuple_Check(container) || PyList_Check(container))) return false;
+    slot = base;
+  }
   const SourceKind kind = sources_.at(slot).kind;
   return kind == SourceKind::kLocal || kind == SourceKind::kStack;
 }
@@ -206,10 +212,29 @@ void EntryState::guard_class_attribute_is(int slot, PyTypeObject* type, PyObject
   guards_.add_type_version(slot, type, name, found != nullptr, found);
 }
 
-void EntryState::guard_not_aliased(const ValuePtr& target) {
+void EntryState::guard_not_aliased(const ValuePtr& target, const std::string& name) {
   if (target->source < 0 || target->is_special_object() || target->bound_self) return;
   PyObject* obj = live_value(target->source);
   if (is_identity_object(obj)) return;
+  if (target->kind == VKind::kTensor) {
+    // A tensor's .grad written: only another tensor whose .grad this region read could turn out
+    // to be it (every tensor is one value per object, see wrap()).
+    std::set<int> read_it;
+    for (int i = 0; i < sources_.size(); ++i) {
+      const Source& s = sources_.at(i);
+      if (s.kind == SourceKind::kAttr && s.base != target->source && s.key &&
+          py::str(s.key).cast<std::string>() == name) {
+        read_it.insert(s.base);
+      }
+    }
+    for (int slot : read_it) {
+      auto found = by_slot_.find(slot);
+      if (found != by_slot_.end() && found->second->kind == VKind::kTensor && found->second != target) {
+        guards_.add_distinct(slot, target->source);
+      }
+    }
+    return;
+  }
   for (const auto& [slot, value] : by_slot_) {
     PyObject* other = live_[slot].get();
     // Every slot's type is guarded (or its identity, or its value): only an object of the same

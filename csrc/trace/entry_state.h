@@ -82,7 +82,9 @@ class EntryState {
   // the same object twice: every other object of its type read by source (not modules,
   // classes, functions: those are guarded by identity), each guarded to stay a different
   // object than `target`.
-  void guard_not_aliased(const ValuePtr& target);
+  // (A tensor target, whose .`name` was written: only the other tensors whose .`name` the
+  // region read.)
+  void guard_not_aliased(const ValuePtr& target, const std::string& name);
   // The object read from `slot` is changed by the trace (a list or dict it writes back at the
   // exit): reading it through any other source is unsupported from now on (that value would
   // not show the change), as is a change when another source read it already.

@@ -8,6 +8,11 @@ namespace framejit {
 
 void ExitBuilder::add_writes(const SideEffects& effects) {
   for (const PendingWrite& write : effects.writes()) {
+    if (write.key) {  // dict[key] = value
+      exit_.attr_writes.push_back({rebuild_of(write.target), py::str("[]"), rebuild_of(write.value),
+                                   false, true, rebuild_of(write.key)});
+      continue;
+    }
     exit_.attr_writes.push_back(
         {rebuild_of(write.target), py::str(write.name), rebuild_of(write.value), write.generic});
   }

@@ -398,7 +398,8 @@ void op_contains(Tracer& t, const Instr& i) {
   } else if (container->is_constant_tree()) {
     found = PySequence_Contains(container->as_python().ptr(), key.ptr()) == 1;
   } else if (container->kind == VKind::kObject && container->source >= 0 &&
-             PyDict_CheckExact(container->obj.ptr())) {
+             is_plain_dict(container->obj.ptr())) {
+    t.check_items_unchanged(container);
     found = PyDict_Contains(container->obj.ptr(), key.ptr()) == 1;
     t.entry().guard_dict_contains(container->source, key.ptr(), found);
   } else if (container->is(ObjRole::kPlain) && container->source >= 0 &&

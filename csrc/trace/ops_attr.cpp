@@ -15,7 +15,7 @@ void push_method(Tracer& t, const std::string& name) {
   const bool bound_to_self = self->kind == VKind::kTensor || self->kind == VKind::kConst ||
                              self->kind == VKind::kList || self->kind == VKind::kTuple ||
                              self->kind == VKind::kDict ||
-                             (self->kind == VKind::kObject && PyDict_CheckExact(self->obj.ptr()));
+                             (self->kind == VKind::kObject && is_plain_dict(self->obj.ptr()));
   if (bound_to_self) {
     // CPython pushes the function found on the type, then self; keep the same object so the
     // runtime can make the call, or CPython resume, with the stack it expects.

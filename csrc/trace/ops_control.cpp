@@ -160,7 +160,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     return it;
   }
   if (seq->is(ObjRole::kPlain) && !seq->bound_self && seq->source >= 0 &&
-      PyDict_CheckExact(seq->obj.ptr())) {
+      is_plain_dict(seq->obj.ptr())) {
     // `for k in d` of a dict read by source: as `for k in d.keys()`.
     ValuePtr it = Value::iter(dict_view(seq, "keys")->items);
     it->over = seq;

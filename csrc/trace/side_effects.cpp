@@ -7,7 +7,7 @@ namespace framejit {
 
 const ValuePtr* SideEffects::pending(const ValuePtr& base, const std::string& name) const {
   for (auto it = writes_.rbegin(); it != writes_.rend(); ++it) {  // latest write wins
-    if (it->name != name) continue;
+    if (it->name != name || it->key) continue;
     // Global writes target their module by object: `import m; m.x` after `global x; x = t`.
     if (it->target == base ||
         (PyModule_Check(base->obj.ptr()) && it->target->obj.ptr() == base->obj.ptr())) {
@@ -23,6 +23,22 @@ const ValuePtr* SideEffects::pending(const ValuePtr& base, const std::string& na
     }
   }
   return nullptr;
+}
+
+const ValuePtr* SideEffects::pending_item(const ValuePtr& dict, PyObject* key) const {
+  for (auto it = writes_.rbegin(); it != writes_.rend(); ++it) {  // latest write wins
+    if (it->key && it->target->obj.ptr() == dict->obj.ptr() && it->key_object.ptr() == key) {
+      return &it->value;
+    }
+  }
+  return nullptr;
+}
+
+bool SideEffects::items_written(PyObject* dict) const {
+  for (const PendingWrite& write : writes_) {
+    if (write.key && write.target->obj.ptr() == dict) return true;
+  }
+  return false;
 }
 
 const ValuePtr* SideEffects::stored_global(PyObject* globals, const std::string& name) const {

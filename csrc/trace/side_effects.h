@@ -17,6 +17,9 @@ struct PendingWrite {
   std::string name;
   ValuePtr value;
   bool generic = false;  // object.__setattr__ (from an inlined __setattr__): past the class's
+  ValuePtr key;          // set for an item write target[key] = value (name empty): a dict read
+                         // by source, keyed by an object of the entry state
+  py::object key_object;  // that key's real object
 };
 
 class SideEffects {
@@ -29,6 +32,16 @@ class SideEffects {
   const ValuePtr* pending(const ValuePtr& base, const std::string& name) const;
   // The value this region last stored as global `name` of the globals dict `globals`.
   const ValuePtr* stored_global(PyObject* globals, const std::string& name) const;
+  // dict[key] = value on a dict read by source, with `key` an object of the entry state (a
+  // defaultdict's default made for a missing key): replayed at the exit.
+  void record_item(ValuePtr dict, ValuePtr key, py::object key_object, ValuePtr value) {
+    writes_.push_back({std::move(dict), std::string(), std::move(value), false, std::move(key),
+                       std::move(key_object)});
+  }
+  // The value this region last stored as dict[key] (the same key object), or nullptr.
+  const ValuePtr* pending_item(const ValuePtr& dict, PyObject* key) const;
+  // Whether the region stored an item into `dict` (its real object).
+  bool items_written(PyObject* dict) const;
   // In program order.
   const std::vector<PendingWrite>& writes() const { return writes_; }
   // A list or dict read by source, now changed by the trace (Value::adopted).

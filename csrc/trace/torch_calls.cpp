@@ -173,11 +173,36 @@ bool base_name_in(const std::string& text, std::initializer_list<const char*> na
   return false;
 }
 
+ValuePtr Tracer::addc_with_tensor_value(const std::string& method, const std::vector<ValuePtr>& args,
+                                        const KwValues& kwargs) {
+  ValuePtr value;
+  if (args.size() == 4 && kwargs.empty()) value = args[3];
+  if (args.size() == 3 && kwargs.size() == 1 && kwargs[0].first == "value") value = kwargs[0].second;
+  if (!value || value->kind != VKind::kTensor || args[0]->kind != VKind::kTensor ||
+      args[1]->kind != VKind::kTensor || args[2]->kind != VKind::kTensor) {
+    return nullptr;
+  }
+  // x.addcdiv_(t1, t2, value=v) with v a tensor (an optimizer's step size under a compiler):
+  // eager reads v's number (.item()), which a graph cannot. x + v * t1 / t2 in the kernel's
+  // order of operations, so the result has eager's roundings.
+  const bool divides = method.rfind("addcdiv", 0) == 0;
+  ValuePtr scaled = record_operator("mul", "*", {value, args[1]});
+  ValuePtr combined = divides ? record_operator("truediv", "/", {scaled, args[2]})
+                              : record_operator("mul", "*", {scaled, args[2]});
+  const bool inplace = method.back() == '_';
+  return record_call(NodeKind::kCallMethod, py::none(), inplace ? "add_" : "add",
+                     {args[0], combined}, {}, "", inplace ? "add_" : "add");
+}
+
 ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& method,
                              std::vector<ValuePtr> args, KwValues kwargs,
                              const std::string& infix, const std::string& name_hint) {
   PyRefs& refs = PyRefs::get();
   const bool is_method = kind == NodeKind::kCallMethod;
+  if (is_method && (method == "addcdiv_" || method == "addcdiv" || method == "addcmul_" ||
+                    method == "addcmul")) {
+    if (ValuePtr rewritten = addc_with_tensor_value(method, args, kwargs)) return rewritten;
+  }
   const std::string target_text = is_method ? method : refs.target_text(fn);
   // Numbers known only at run time: a float becomes a graph input (where the backend runs the
   // graph as it is); an int is pinned, since ints passed to torch are often sizes or dims that
@@ -395,6 +420,15 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
   }
   // Its type: torch.Tensor, Parameter or a subclass, exactly as guarded (not the metaclass).
   if (name == "__class__") return Value::object(type_of(tensor));
+  if (name == "grad") {
+    // An input's gradient: None or a tensor, read by source (guarded like any input), or what
+    // this region stored there (optimizers' zero_grad sets None).
+    if (const ValuePtr* stored = effects_.pending(tensor, name)) return *stored;
+    if (tensor->source >= 0) {
+      if (ValuePtr grad = entry_.load(entry_.sources().attr(tensor->source, name))) return grad;
+    }
+    FJ_UNSUPPORTED(kUnsupportedValue, "the .grad of a tensor made in this region");
+  }
   const std::string device = py::str(tensor->device).cast<std::string>();
   if (name == "device") return Value::constant(tensor->device);
   if (name == "is_cuda") return Value::constant(py::bool_(is_device_type(device, "cuda")));

@@ -258,8 +258,8 @@ void Tracer::build_exit_state(ExitKind kind) {
   check_root_state_at_exit({});
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
-  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
-  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container);
+  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);
+  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container, "");
   exits_.add_writes(effects_);
   TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
@@ -425,7 +425,8 @@ bool Tracer::truthy(const ValuePtr& value) {
       }
       if (is_identity_object(value->obj.ptr())) return true;
       if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
-          (PyDict_CheckExact(value->obj.ptr()) || PyList_CheckExact(value->obj.ptr()))) {
+          (is_plain_dict(value->obj.ptr()) || PyList_CheckExact(value->obj.ptr()))) {
+        check_items_unchanged(value);
         // `d or {}` of a dict read by source: its emptiness, guarded by its length.
         const Py_ssize_t n = PyObject_Length(value->obj.ptr());
         entry_.guard_len(value->source, n);
@@ -497,8 +498,8 @@ void Tracer::finish(const ValuePtr& value) {
   check_root_state_at_exit({value});
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
-  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target);
-  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container);
+  for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);
+  for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container, "");
   exits_.add_writes(effects_);
   exit_.pc = instr().start;
   exit_.op_pc = instr().offset;

@@ -317,6 +317,15 @@ class Tracer {
   // policy traces: pushes the bound __exit__ (a kWithExit value) and inlines __enter__, whose
   // result is pushed when it returns. False, doing nothing, for any other manager.
   bool enter_python_with(const ValuePtr& manager);
+  // base[key] of a dict read by source, keyed by an object of the entry state that hashes by
+  // identity (a parameter in an optimizer's state), the key guarded to stay that object; nullptr
+  // for any other subscript.
+  ValuePtr item_by_object(const ValuePtr& base, const ValuePtr& key);
+  // A key missing from `dict` (read by source): a class with __missing__ ends the region there.
+  void missing_key(const ValuePtr& dict);
+  // Reading a dict read by source as a whole (its length, keys, `in`) after the region stored
+  // an item into it (item_by_object) ends the region: its real object does not show the store.
+  void check_items_unchanged(const ValuePtr& dict);
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);
@@ -346,6 +355,10 @@ class Tracer {
                        std::vector<ValuePtr> args, KwValues kwargs, const std::string& infix,
                        const std::string& name_hint);
   ValuePtr record_operator(const char* fn_name, const char* infix, std::vector<ValuePtr> args);
+  // x.addcdiv(_)/addcmul(_)(t1, t2, value=v) with a tensor v, as the ops eager's kernel computes;
+  // nullptr for any other form of the call.
+  ValuePtr addc_with_tensor_value(const std::string& method, const std::vector<ValuePtr>& args,
+                                  const KwValues& kwargs);
   // The rows of a tensor being iterated or unpacked: x.unbind(0)'s results, as Tensor.__iter__.
   ValuePtr tensor_rows(const ValuePtr& tensor);
   ValuePtr tensor_attr(const ValuePtr& tensor, const std::string& name);

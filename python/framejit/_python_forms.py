@@ -167,6 +167,33 @@ def _extreme(name, args, key, default, has_default, largest):
     return best
 
 
+def _arguments(first, last):
+    return f"argument {first}" if first == last else f"arguments {first}-{last}"
+
+
+def trace_zip(*iterables, strict=False):
+    iterators = [iter(iterable) for iterable in iterables]
+    if not iterators:
+        return
+    while True:
+        items = []
+        for i, iterator in enumerate(iterators):
+            try:
+                items.append(next(iterator))
+            except StopIteration:
+                if strict and i > 0:
+                    raise ValueError(f"zip() argument {i + 1} is shorter than {_arguments(1, i)}")
+                if strict:
+                    for j in range(1, len(iterators)):
+                        try:
+                            next(iterators[j])
+                        except StopIteration:
+                            continue
+                        raise ValueError(f"zip() argument {j + 1} is longer than {_arguments(1, j)}")
+                return
+        yield tuple(items)
+
+
 def trace_cast(typ, val):
     return val  # typing.cast only tells a type checker
 
@@ -183,7 +210,8 @@ def trace_max(*args, key=None, default=_NO_DEFAULT):
 
 
 # Builtins the tracer answers itself unless called with a key function.
-_KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max}
+# (zip with strict=: its checks.)
+_KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max, zip: trace_zip}
 
 _FORMS = {
     map: trace_map,
@@ -200,14 +228,14 @@ _FORMS = {
 
 
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (_product_rows, _pick, _extreme):
+for _helper in (_product_rows, _pick, _extreme, _arguments):
     _C.allow_code(_helper.__code__)
 del _helper
 
 
 def python_form(fn, keyed=False):
-    """The Python form the tracer runs for `fn` (called with a `key=` argument: `keyed`), or
-    None."""
+    """The Python form the tracer runs for `fn` (called with a `key=` or `strict=` argument:
+    `keyed`), or None."""
     try:
         return _FORMS.get(fn) or (_KEYED_FORMS.get(fn) if keyed else None)
     except TypeError:  # unhashable

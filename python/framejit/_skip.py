@@ -2,8 +2,9 @@
 
 As torch.compile does: third-party packages (site-packages) are traced; the standard library is
 not (the parts the tracer models, such as functools.partial or dataclass-generated methods, are
-handled by the tracer itself); torch's own files are leaves, except the Python the tracer inlines
-by name (torch.nn modules and their helpers); framejit itself never. A few third-party packages
+handled by the tracer itself); torch's own files are leaves, except the optimizers (TRACED_TORCH)
+and the Python the tracer inlines by name (torch.nn modules and their helpers); framejit itself
+never. A few third-party packages
 that are C libraries behind thin Python wrappers, tooling or tracing machinery are leaves too
 (SKIPPED_PACKAGES). Users change the policy with framejit.skip_files / framejit.trace_files; the
 longest matching prefix decides."""
@@ -34,6 +35,12 @@ SKIPPED_PACKAGES = (
 # file "<string>") unless compiled itself.
 TRACED_STDLIB = ("_collections_abc.py", "dataclasses.py")
 EXEC_FILE = "<string>"
+
+# torch's own Python that is traced, as torch.compile inlines it: the optimizers (their step()
+# records the update into a graph; what torch marks with torch._disable_dynamo, such as
+# zero_grad, still runs as plain Python) and the helpers they call. torch.nn's modules and
+# functional are inlined by name (trace/calls.cpp, is_user_function).
+TRACED_TORCH = ("optim", "utils/_foreach_utils.py")
 
 SKIP, TRACE, INLINE_ONLY = 0, 1, 2  # the C++ TraceRule values
 
@@ -87,7 +94,11 @@ def _rules():
         add(_dir(site_dir), TRACE)
         for name in SKIPPED_PACKAGES:
             add(os.path.join(site_dir, name) if name.endswith(".py") else _dir(os.path.join(site_dir, name)), SKIP)
-    add(_dir(os.path.dirname(torch.__file__)), SKIP)
+    torch_dir = os.path.dirname(torch.__file__)
+    add(_dir(torch_dir), SKIP)
+    for name in TRACED_TORCH:
+        path = os.path.join(torch_dir, *name.split("/"))
+        add(path if name.endswith(".py") else _dir(path), TRACE)
     add(_dir(os.path.dirname(__file__)), SKIP)
     for path in _allowed:
         add(path, TRACE)
@@ -128,6 +139,16 @@ def trace_files(*targets) -> None:
     for target in targets:
         _user_rules.append((_prefix_of(target), True))
     apply()
+
+
+def is_traced_torch(filename: str) -> bool:
+    """Whether the file is torch's own Python that the policy traces (TRACED_TORCH)."""
+    torch_dir = os.path.dirname(torch.__file__)
+    for name in TRACED_TORCH:
+        path = os.path.join(torch_dir, *name.split("/"))
+        if filename == path or filename.startswith(_dir(path)):
+            return True
+    return False
 
 
 def is_traced(filename: str) -> bool:

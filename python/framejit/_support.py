@@ -14,6 +14,7 @@ import warnings
 
 import torch
 
+from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
 from ._python_forms import python_form  # noqa: F401  (looked up by the C++ core)
@@ -50,6 +51,8 @@ _QUERIES = {
     # False for the values framejit traces.
     torch._C._has_torch_function, torch._C._has_torch_function_unary,
     torch._C._has_torch_function_variadic,
+    # Named once per process (torch.utils.rename_privateuse1_backend): optimizers list devices.
+    torch._C._get_privateuse1_backend_name,
 }
 
 # Builtins that are pure functions of their arguments (folded on constants).
@@ -150,6 +153,35 @@ def bound_exit(manager):
 
 def null_exit(*exc_info):
     """The __exit__ of a null context's block a region ends inside."""
+    return None
+
+
+_C.allow_code(null_exit.__code__)  # called in the region that resumes inside the block
+
+
+def _disable_wrapper_files():
+    import torch._compile
+    import torch._dynamo.eval_frame
+    return {torch._compile.__file__, torch._dynamo.eval_frame.__file__}
+
+
+_DISABLE_WRAPPER_FILES = _disable_wrapper_files()
+
+
+def traced_past_disable(fn):
+    """The function a torch._disable_dynamo / torch._dynamo.disable wrapper calls, where that
+    function is torch's own Python the policy traces (optimizers' zero_grad, and the _init_group
+    that torch.compile disables for itself once it is used): framejit traces it, as the wrapper
+    only keeps Dynamo out. None otherwise: a user's disable is honoured."""
+    from . import _skip
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_filename not in _DISABLE_WRAPPER_FILES:
+        return None
+    inner = getattr(fn, "_torchdynamo_orig_callable", None) or getattr(fn, "__wrapped__", None)
+    while isinstance(inner, types.FunctionType) and inner.__code__.co_filename in _DISABLE_WRAPPER_FILES:
+        inner = getattr(inner, "_torchdynamo_orig_callable", None) or getattr(inner, "__wrapped__", None)
+    if isinstance(inner, types.FunctionType) and _skip.is_traced_torch(inner.__code__.co_filename):
+        return inner
     return None
 
 
