@@ -683,6 +683,54 @@ def ex_cast(x):
 # Side effects
 # ---------------------------------------------------------------------------------------------
 
+def _leaf_with_grad():
+    w = torch.ones(4, 4, requires_grad=True)
+    (w * 2).sum().backward()
+    return w
+
+
+@example("p.grad = None", make=lambda: (_leaf_with_grad(),))
+def ex_grad_set(p):
+    g = p.grad * 2
+    p.grad = None
+    return g
+
+
+_STATE = collections.defaultdict(dict)
+
+
+@example("state[p]", make=lambda: (torch.nn.Parameter(torch.ones(4, 4)),))
+def ex_state_by_parameter(p):
+    entry = _STATE[p]
+    if "sum" not in entry:
+        entry["sum"] = torch.zeros_like(p)
+    return entry["sum"] + p
+
+
+_MODEL = nn.Linear(4, 4)
+_GROUPS = [{"params": list(_MODEL.parameters())}]
+
+
+@example('opt.param_groups[0]["params"][0]')
+def ex_same_object_twice(x):
+    with torch.no_grad():
+        _GROUPS[0]["params"][0].mul_(1.0)
+    return _MODEL(x)
+
+
+_OPT_MODEL = nn.Linear(4, 4)
+_OPT = torch.optim.AdamW(_OPT_MODEL.parameters(), lr=1e-3)
+
+
+@example("opt.step()")
+def ex_optimizer_step(x):
+    loss = _OPT_MODEL(x).sum()
+    loss.backward()
+    _OPT.step()
+    _OPT.zero_grad()
+    return loss
+
+
 @example("obj.attr = x")
 def ex_setattr(x):
     y = x + 1
@@ -860,7 +908,8 @@ def fields(value):
 
 
 # Examples whose result depends on state their own call changes (a running buffer).
-UNREPEATABLE = {"self.running.mul_(0.9)", "for t in it"}  # (the iterator is used up)
+UNREPEATABLE = {"self.running.mul_(0.9)", "for t in it",  # (the iterator is used up)
+                "p.grad = None", "opt.step()"}  # (the first call cleared the grad, stepped)
 
 
 def test_every_example_row_is_covered():

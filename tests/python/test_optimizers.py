@@ -1,0 +1,196 @@
+"""A whole training step (forward, loss, backward, optimizer step, zero_grad) through the hook:
+torch.optim is traced, so each optimizer's update is one graph, compared with eager and with
+torch.compile in the same process."""
+import collections
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, regions
+
+OPTIMIZERS = {
+    "SGD": lambda p: torch.optim.SGD(p, lr=0.1),
+    "SGD-nesterov": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4),
+    "Adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "AdamW": lambda p: torch.optim.AdamW(p, lr=1e-2, weight_decay=0.1),
+    "AdamW-amsgrad": lambda p: torch.optim.AdamW(p, lr=1e-2, amsgrad=True),
+    "RMSprop": lambda p: torch.optim.RMSprop(p, lr=1e-2, momentum=0.5),
+    "Adagrad": lambda p: torch.optim.Adagrad(p, lr=1e-2),
+}
+
+
+def make(optimizer, layers=1):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(),
+                                *[torch.nn.Linear(8, 8) for _ in range(layers - 1)],
+                                torch.nn.Linear(8, 3))
+    return model, OPTIMIZERS[optimizer](model.parameters())
+
+
+def train_step(model, opt, x):
+    loss = model(x).sum()
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    return loss
+
+
+def run(step, optimizer, steps=3, layers=1):
+    model, opt = make(optimizer, layers)
+    torch.manual_seed(1)
+    losses = [step(model, opt, torch.randn(2, 4)) for _ in range(steps)]
+    state = []
+    for p in model.parameters():
+        state += [p.detach().clone()] + [v for _, v in sorted(opt.state[p].items()) if torch.is_tensor(v)]
+        assert p.grad is None  # zero_grad's set_to_none, replayed
+    return losses, state
+
+
+def close(a, b):
+    # The update under a compiler computes its step sizes as float32 tensors where eager uses
+    # Python floats (torch.optim's _get_value): the last bits differ, as under torch.compile.
+    return len(a) == len(b) and all(torch.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(a, b))
+
+
+def update_graphs(counter):
+    return [g for g in counter.graphs if "add_" in g.code or "addcmul_" in g.code or "lerp_" in g.code]
+
+
+@pytest.mark.parametrize("optimizer", sorted(OPTIMIZERS))
+def test_a_training_step_traces_the_optimizer_update_into_one_graph(optimizer):
+    counter = CompileCounter()
+    compiled = framejit.compile(train_step, backend=counter)
+    ref_losses, ref_state = run(train_step, optimizer)
+    losses, state = run(compiled, optimizer)
+    assert close(losses, ref_losses) and close(state, ref_state)
+    # One graph holds the whole update, from the first step on (the state's lazy
+    # initialisation included). The step function breaks at backward() and at opt.step(),
+    # whose torch.optim wrapper calls torch._dynamo.graph_break() around the update on
+    # purpose (as under torch.compile); zero_grad is in the last region.
+    breaks = [r["exit"] for r in regions(train_step) if r["kind"] == "compiled"]
+    assert breaks == ["call", "call", "return"]
+    updates = update_graphs(counter)
+    assert updates, [g.code for g in counter.graphs]
+    # The update of every parameter is in it: one in-place change per parameter at least.
+    assert all(g.code.count("_(") >= 4 for g in updates)
+    # Graphs: the forward, the grad-mode switches torch.optim breaks around (graph_break()), the
+    # update of the first step (which also makes the state) and of the steps after.
+    assert counter.frame_count <= 5
+
+
+def test_adamw_matches_torch_compile_and_compiles_once_per_state():
+    counter = CompileCounter()
+    compiled = framejit.compile(train_step, backend=counter)
+    ref_losses, ref_state = run(train_step, "AdamW", steps=4)
+    losses, state = run(compiled, "AdamW", steps=4)
+    dynamo = torch.compile(train_step, backend="eager")
+    torch._dynamo.reset()
+    tc_losses, tc_state = run(dynamo, "AdamW", steps=4)
+    assert close(losses, ref_losses) and close(state, ref_state)
+    assert close(state, tc_state) and close(losses, tc_losses)
+    first = counter.frame_count
+    run(compiled, "AdamW", steps=2)  # a new model and optimizer of the same shapes
+    # The state is keyed by the parameters, which are guarded by identity: a new optimizer
+    # compiles its update again (as under torch.compile); the step function's own regions do not.
+    assert counter.frame_count - first <= 2
+
+
+def test_many_parameters_stay_below_the_recompile_limit(recwarn):
+    counter = CompileCounter()
+    compiled = framejit.compile(train_step, backend=counter)
+    ref_losses, ref_state = run(train_step, "Adam", steps=3, layers=12)
+    losses, state = run(compiled, "Adam", steps=3, layers=12)
+    assert close(losses, ref_losses) and close(state, ref_state)
+    assert not [w for w in recwarn if "recompile_limit" in str(w.message)]
+    assert counter.frame_count <= 5
+
+
+def test_a_compiled_step_alone_updates_the_state_the_model_sees():
+    model, opt = make("SGD-nesterov")
+    ref_model, ref_opt = make("SGD-nesterov")
+    step = framejit.compile(lambda o: o.step(), backend=CompileCounter())
+    for _ in range(3):
+        for m, o in ((model, opt), (ref_model, ref_opt)):
+            m(torch.ones(2, 4)).sum().backward()
+        step(opt)
+        ref_opt.step()
+        for m, o in ((model, opt), (ref_model, ref_opt)):
+            o.zero_grad()
+    for p, q in zip(model.parameters(), ref_model.parameters()):
+        assert torch.equal(p, q)
+        assert torch.equal(opt.state[p]["momentum_buffer"], ref_opt.state[q]["momentum_buffer"])
+
+
+def test_grad_of_an_input_is_read_and_set():
+    def clip_and_clear(params):
+        total = 0.0
+        for p in params:
+            if p.grad is not None:
+                total = total + p.grad.square().sum()
+                p.grad = None
+        return total
+
+    counter = CompileCounter()
+    compiled = framejit.compile(clip_and_clear, backend=counter)
+    for _ in range(2):
+        w = torch.ones(3, requires_grad=True)
+        v = torch.ones(2, requires_grad=True)
+        (w * 2).sum().backward()  # v has no grad
+        assert torch.equal(compiled([w, v]), torch.tensor(12.0))
+        assert w.grad is None and v.grad is None
+    assert counter.frame_count == 1
+    assert "L['params'][0].grad" in regions(clip_and_clear)[0]["guards"]
+
+
+def test_a_dict_keyed_by_objects_reads_guarded_and_stores_into_a_defaultdict():
+    state = collections.defaultdict(dict)
+
+    def remember(key, x):
+        entry = state[key]
+        if len(entry) == 0:
+            entry["sum"] = torch.zeros_like(x)
+        entry["sum"].add_(x)
+        return entry["sum"] * 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(remember, backend=counter)
+    a, b = torch.nn.Parameter(torch.ones(2)), torch.nn.Parameter(torch.ones(2))
+    x = torch.ones(2)
+    assert torch.equal(compiled(a, x), torch.ones(2)) and set(state) == {a}
+    assert torch.equal(compiled(a, x), torch.full((2,), 2.0))
+    assert torch.equal(compiled(b, x), torch.ones(2)) and set(state) == {a, b}
+    assert torch.equal(compiled(b, x), torch.full((2,), 2.0))
+    assert torch.equal(compiled(a, x), torch.full((2,), 3.0))
+    assert counter.frame_count == 4  # (a missing, a present, b missing, b present)
+
+
+def test_an_ordered_dict_is_read_like_a_dict_in_its_own_order():
+    hooks = collections.OrderedDict(a=2.0, b=3.0)
+
+    def scaled(x):
+        for name, factor in hooks.items():
+            x = x * factor
+        return x, list(hooks)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(scaled, backend=counter)
+    x = torch.ones(2)
+    assert torch.equal(compiled(x)[0], x * 6) and compiled(x)[1] == ["a", "b"]
+    hooks.move_to_end("a")  # the same keys in another order: the dict's own order is guarded
+    assert compiled(x)[1] == ["b", "a"]
+    hooks["c"] = 0.5
+    assert torch.equal(compiled(x)[0], x * 3) and counter.frame_count == 3
+
+
+def test_zip_strict_raises_as_python_does():
+    def pairs(xs, ys):
+        return [x * y for x, y in zip(xs, ys, strict=True)]
+
+    compiled = framejit.compile(pairs, backend=CompileCounter())
+    t = torch.ones(2)
+    assert len(compiled([t, t], [t, t])) == 2
+    with pytest.raises(ValueError, match="shorter"):
+        compiled([t, t], [t])
+    with pytest.raises(ValueError, match="longer"):
+        compiled([t], [t, t])
