@@ -42,7 +42,10 @@ What is measured
      1000; HF_HUB_OFFLINE=1), eval under torch.no_grad(), batch 2 x 16 tokens: first call in ms
      (fresh compile, minus one eager call) and cached call in µs (min over interleaved repeats)
      for framejit backend "eager" and "native" and torch.compile backend "eager", next to eager;
-     graphs compiled, and whether the logits match eager.
+     graphs compiled, and whether the logits match eager. Then a whole training step (forward
+     with labels, backward, AdamW step, zero_grad) compiled as one function: the first step's
+     ms (compiles included) and the median step, framejit eager vs torch.compile eager vs eager,
+     and whether the parameters match eager's after the steps.
   6. Dynamic shapes through inductor: 16 calls with 8 distinct batch sizes (each size twice, in
      a fixed shuffled order) of a plain function and of zoo models (eval, torch.no_grad()),
      framejit vs torch.compile with backend="inductor", each in a child process with its own
@@ -63,6 +66,7 @@ import importlib.util
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import time
@@ -849,7 +853,8 @@ def run_transformers_section(args):
                 callables[key] = (lambda c: lambda x: c(x))(compiled)
             row["us"] = interleaved_us_per_call(callables, ids, repeats)
             row["shapes"] = new_shapes(model, ids)
-            results.append(row)
+        row["train"] = train_steps(make, name, ids, 3 if args.quick else 6)
+        results.append(row)
         reset_compilers()
     return results
 
@@ -882,6 +887,48 @@ def new_shapes(model, ids):
     return out
 
 
+TRAIN_CANDIDATES = (("framejit", "eager"), ("dynamo", "eager"))
+
+
+def train_steps(make, name, ids, steps):
+    """A training step (forward with labels, backward, AdamW step, zero_grad) compiled whole:
+    the first step's time (its compiles included) and the median of the next `steps`, for eager
+    and each candidate, from the same seeded model; the parameters after them compared with
+    eager's."""
+    labels = torch.tensor([0, 1]) if name.startswith("Bert") else ids
+    out = {"first_ms": {}, "step_ms": {}, "correct": {}}
+    finals = {}
+    for compiler, backend in (("eager", None),) + TRAIN_CANDIDATES:
+        key = "eager" if backend is None else f"{compiler}_{backend}"
+        reset_compilers()
+        torch.manual_seed(0)
+        model = make().train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+        def step(x, y, model=model, opt=opt):
+            loss = model(x, labels=y).loss
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+            return loss
+        run = step if backend is None else compile_with(compiler, step, backend)
+        start = time.perf_counter()
+        run(ids, labels)
+        out["first_ms"][key] = (time.perf_counter() - start) * 1e3
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            run(ids, labels)
+            times.append(time.perf_counter() - start)
+        out["step_ms"][key] = statistics.median(times) * 1e3
+        finals[key] = [p.detach().clone() for p in model.parameters()]
+    for key in finals:
+        out["correct"][key] = all(torch.allclose(a, b, rtol=1e-4, atol=1e-5)
+                                  for a, b in zip(finals[key], finals["eager"]))
+    reset_compilers()
+    return out
+
+
 def transformers_table(results):
     if not results:
         return "Not measured: transformers is not installed."
@@ -904,6 +951,20 @@ def transformers_table(results):
                         [f"{shapes['compiles'][k]} / {fmt(shapes['ms'][k])}"
                          + ("" if shapes["correct"][k] else " **NO**") for k in keys] +
                         [fmt(ratio(shapes["ms"]["framejit_eager"], shapes["ms"]["dynamo_eager"]))])
+        train = r.get("train")
+        if train:
+            tk = [f"{c}_{b}" for c, b in TRAIN_CANDIDATES]
+            cells = {k: "—" for k in keys}
+            for k in tk:
+                cells[k] = fmt(train["first_ms"][k]) + ("" if train["correct"][k] else " **NO**")
+            rows.append(["", "train step (AdamW): first ms", fmt(train["first_ms"]["eager"])] +
+                        [cells[k] for k in keys] +
+                        [fmt(ratio(train["first_ms"]["dynamo_eager"], train["first_ms"]["framejit_eager"]))])
+            for k in tk:
+                cells[k] = fmt(train["step_ms"][k])
+            rows.append(["", "train step (AdamW): ms", fmt(train["step_ms"]["eager"])] +
+                        [cells[k] for k in keys] +
+                        [fmt(ratio(train["step_ms"]["framejit_eager"], train["step_ms"]["dynamo_eager"]))])
     headers = (["model", "measure", "eager"] + [names[k] for k in keys] +
                ["torch.compile / framejit (first), framejit / torch.compile (cached, new shapes)"])
     return markdown_table(headers, rows)
