@@ -15,7 +15,7 @@ namespace {
 // An object as a guard's text shows it: a tensor (a parameter keying an optimizer's state) by its
 // type, shape and address rather than its values; anything else by its repr.
 std::string object_text(PyObject* obj) {
-  PyObject* shape = PyObject_HasAttrString(obj, "data_ptr") ? PyObject_GetAttrString(obj, "shape") : nullptr;
+  PyObject* shape = is_tensor(obj) ? PyObject_GetAttrString(obj, "shape") : nullptr;
   if (shape == nullptr) {
     PyErr_Clear();
     return safe_repr(obj);
@@ -25,11 +25,6 @@ std::string object_text(PyObject* obj) {
   Py_DECREF(shape);
   return text;
 }
-
-}  // namespace
-
-
-namespace {
 
 // Whether two guards check the same thing (a trace asks the same question many times: a
 // config's __dict__ for each attribute read through its __getattribute__).

@@ -543,13 +543,19 @@ void Tracer::check_items_unchanged(const ValuePtr& dict) {
   }
 }
 
-void Tracer::missing_key(const ValuePtr& dict) {
+void Tracer::raise_missing_key(const ValuePtr& dict, const py::object& key) {
   static PyObject* const kMissing = PyUnicode_InternFromString("__missing__");
   if (_PyType_Lookup(Py_TYPE(dict->obj.ptr()), kMissing) != nullptr) {
     // defaultdict, Counter: the lookup inserts or answers a default, which the runtime does.
     FJ_UNSUPPORTED(kSideEffect, "a missing key of {}, whose class defines __missing__",
                    dict->describe());
   }
+  // KeyError, as CPython raises it: caught by a try block in the trace (Mapping.get on a
+  // registry), else the region ends here. The key's absence is guarded.
+  entry_.guard_dict_contains(dict->source, key.ptr(), false);
+  ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(key), py::dict());
+  FJ_CHECK(exc != nullptr, "KeyError not constructible");
+  throw TracedRaise{std::move(exc)};
 }
 
 ValuePtr Tracer::item_by_object(const ValuePtr& base, const ValuePtr& key) {
@@ -586,11 +592,7 @@ ValuePtr Tracer::item_by_object(const ValuePtr& base, const ValuePtr& key) {
         return made;
       }
     }
-    missing_key(base);
-    entry_.guard_dict_contains(base->source, real_key, false);
-    ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());
-    FJ_CHECK(exc != nullptr, "KeyError not constructible");
-    throw TracedRaise{std::move(exc)};
+    raise_missing_key(base, k);
   }
   ValuePtr value = entry_.load(entry_.sources().item_by_object(base->source, k, key->source));
   FJ_CHECK(value != nullptr, "present key {} unreadable", entry_.sources().at(key->source).text);
@@ -686,13 +688,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       }
       if (base->source >= 0 && reads_items_as_dict(base->obj.ptr())) {
         if (!PyDict_Contains(base->obj.ptr(), k.ptr())) {
-          missing_key(base);
-          // KeyError, as CPython raises it: caught by a try block in the trace (Mapping.get on a
-          // registry), else the region ends here. The key's absence is guarded.
-          entry_.guard_dict_contains(base->source, k.ptr(), false);
-          ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());
-          FJ_CHECK(exc != nullptr, "KeyError not constructible");
-          throw TracedRaise{std::move(exc)};
+          raise_missing_key(base, k);
         }
         ValuePtr value = entry_.load(entry_.sources().item(base->source, k));
         FJ_CHECK(value != nullptr, "present key {} unreadable", safe_repr(k));

@@ -157,13 +157,23 @@ std::vector<ValuePtr> Tracer::bind_arguments(PyCodeObject* code, py::handle func
   return locals;
 }
 
+namespace {
+
+// The class whose special methods apply to `self`: an object the trace made (obj: its class) or
+// a plain object; nullptr for a class, a bound method or a special value of the trace.
+PyTypeObject* special_method_class(const ValuePtr& self) {
+  if (self->is(ObjRole::kNewObject)) return reinterpret_cast<PyTypeObject*>(self->obj.ptr());
+  if (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr())) return nullptr;
+  return Py_TYPE(self->obj.ptr());
+}
+
+}  // namespace
+
 bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
                                    std::vector<ValuePtr> rest, bool may_make_generator) {
-  const bool made = self->is(ObjRole::kNewObject);  // obj: its class
-  if (!made && (!self->is(ObjRole::kPlain) || self->bound_self || PyType_Check(self->obj.ptr()))) {
-    return false;
-  }
-  PyTypeObject* type = made ? reinterpret_cast<PyTypeObject*>(self->obj.ptr()) : Py_TYPE(self->obj.ptr());
+  PyTypeObject* type = special_method_class(self);
+  if (type == nullptr) return false;
+  const bool made = self->is(ObjRole::kNewObject);
   PyObject* hook = _PyType_Lookup(type, name);  // Borrowed
   if (hook == nullptr || !PyFunction_Check(hook)) return false;
   const ValuePtr& guarded = made ? self->origin : self;
@@ -177,14 +187,11 @@ bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
 }
 
 bool Tracer::enter_python_with(const ValuePtr& manager) {
-  const bool made = manager->is(ObjRole::kNewObject);  // obj: its class
-  if (!made && (!manager->is(ObjRole::kPlain) || manager->kind != VKind::kObject ||
-                manager->bound_self || PyType_Check(manager->obj.ptr()))) {
-    return false;
-  }
+  PyTypeObject* type = manager->kind == VKind::kObject ? special_method_class(manager) : nullptr;
+  if (type == nullptr) return false;
+  const bool made = manager->is(ObjRole::kNewObject);
   static PyObject* const kEnter = PyUnicode_InternFromString("__enter__");
   static PyObject* const kExit = PyUnicode_InternFromString("__exit__");
-  auto* type = made ? reinterpret_cast<PyTypeObject*>(manager->obj.ptr()) : Py_TYPE(manager->obj.ptr());
   PyObject* enter = _PyType_Lookup(type, kEnter);  // Borrowed
   PyObject* exit = _PyType_Lookup(type, kExit);    // Borrowed
   if (enter == nullptr || exit == nullptr || !PyFunction_Check(enter) || !PyFunction_Check(exit) ||

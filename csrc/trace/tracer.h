@@ -321,8 +321,9 @@ class Tracer {
   // identity (a parameter in an optimizer's state), the key guarded to stay that object; nullptr
   // for any other subscript.
   ValuePtr item_by_object(const ValuePtr& base, const ValuePtr& key);
-  // A key missing from `dict` (read by source): a class with __missing__ ends the region there.
-  void missing_key(const ValuePtr& dict);
+  // `key` missing from `dict` (read by source): raises KeyError in the trace, the key's absence
+  // guarded; a class with __missing__ ends the region there instead.
+  [[noreturn]] void raise_missing_key(const ValuePtr& dict, const py::object& key);
   // Reading a dict read by source as a whole (its length, keys, `in`) after the region stored
   // an item into it (item_by_object) ends the region: its real object does not show the store.
   void check_items_unchanged(const ValuePtr& dict);

@@ -162,11 +162,12 @@ def test_no_grad_block_is_one_graph_with_grad_mode_switches():
     assert code.count("torch._C._set_grad_enabled(True)") == 1
 
 
-class Recorder:
-    """A context manager of the user's, entered and exited once per call."""
+class EventLog:
+    """A context manager of the user's, entered and exited once per call (its events go into
+    the list it is given, else its own)."""
 
-    def __init__(self):
-        self.events = []
+    def __init__(self, events=None):
+        self.events = [] if events is None else events
 
     def __enter__(self):
         self.events.append("enter")
@@ -177,7 +178,7 @@ class Recorder:
         return False
 
 
-RECORDER = Recorder()
+RECORDER = EventLog()
 
 
 def uses_own_manager(x):
@@ -199,26 +200,13 @@ def test_own_with_blocks_are_traced_with_their_enter_and_exit():
     assert counter.frame_count == 1
 
 
-class Collects:
-    def __init__(self, log):
-        self.log = log
-
-    def __enter__(self):
-        self.log.append("in")
-        return self
-
-    def __exit__(self, *exc):
-        self.log.append("out")
-        return None
-
-
 def breaks_inside_own_block(x, log):
-    with Collects(log) as cm:
+    with EventLog(log) as cm:
         y = x + 1
         if y.sum() > 0:  # a break inside the block: the runtime gets the bound __exit__
             y = y * 3
         y = y - 1
-    return y, cm.log
+    return y, cm.events
 
 
 def test_a_region_ending_inside_an_own_block_leaves_its_exit_to_the_next():
@@ -229,7 +217,7 @@ def test_a_region_ending_inside_an_own_block_leaves_its_exit_to_the_next():
         x = torch.ones(3) * sign
         out, seen = compiled(x, log)
         ref, _ = breaks_inside_own_block(x, ref_log)
-        assert same(out, ref) and log == ref_log == ["in", "out"] and seen is log
+        assert same(out, ref) and log == ref_log == ["enter", "exit"] and seen is log
     assert [r["exit"] for r in regions(breaks_inside_own_block)][0] == "branch"
     assert counter.frame_count == 3  # before the branch; each side with the exit inlined
 
