@@ -63,6 +63,11 @@ struct Region {
   RegionExit exit;
   int graph_id = -1;  // __compiled_fn_<id>, -1 when no graph went to the backend
   int graph_ops = 0;
+  // A trace whose only ops switched the grad mode (the region between torch.optim's graph
+  // breaks, inside its no_grad): no graph; the runtime makes the last switch itself, where the
+  // graph would have run, as torch.compile drops such graphs. Null when there is none.
+  py::object grad_switch;       // torch._C._set_grad_enabled
+  py::object grad_switch_mode;  // its argument: True or False
   // The graph may write into a tensor: when it raises, the frame can run the region again in
   // plain Python only if no input's version counter moved (see run_graph).
   bool graph_mutates = false;

@@ -188,6 +188,21 @@ void fall_back(Region& region, int pc, std::string reason) {
 // Python exception set only for fullgraph=True failures; other failures give a fallback region.
 // A compiled region's guards are evaluated once, here, on `fs`: `slots` holds the values they
 // read, for the region's first run (and the backend's example inputs).
+// A graph whose every op is torch._C._set_grad_enabled(mode) goes to no backend: the region
+// keeps the last switch for the runtime to make (Region::grad_switch).
+void take_grad_switches(const Graph& graph, Region& region) {
+  const Node* last = nullptr;
+  for (const auto& node : graph.nodes()) {
+    if (node->kind != NodeKind::kCallFunction && node->kind != NodeKind::kCallMethod) continue;
+    if (node->target_text != "torch._C._set_grad_enabled") return;
+    last = node.get();
+  }
+  if (last == nullptr) return;
+  region.grad_switch = last->target;
+  region.grad_switch_mode = last->args.at(0).value;
+  region.graph_ops = 0;
+}
+
 std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed,
                                        SlotValues& slots) {
   PauseScope pause;
@@ -294,6 +309,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   region->exit = std::move(exit);
   region->inputs = tracer.entry().inputs();
   region->graph_ops = graph.num_calls();
+  take_grad_switches(graph, *region);
   // The inputs the graph writes into: their placeholders' meta tensors (fresh, at version 0)
   // had an op write into them, or into a view of them, while tracing.
   // So are the placeholders passed directly to a node that may write into its arguments
@@ -421,7 +437,13 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
 // is still as at the region's entry and CPython could run the region's code instead.
 PyObject* run_graph(Region& region, const SlotValues& slots, bool& rerunnable) {
   rerunnable = true;
-  if (region.graph_ops == 0) Py_RETURN_NONE;
+  if (region.graph_ops == 0) {
+    if (region.grad_switch && !Ref::steal(PyObject_CallOneArg(region.grad_switch.ptr(),
+                                                              region.grad_switch_mode.ptr()))) {
+      return nullptr;
+    }
+    Py_RETURN_NONE;
+  }
   // Hot path: raw vectorcall, slot inputs borrowed, computed scalars owned until the call ends.
   constexpr size_t kInline = 16;
   PyObject* inline_args[kInline];

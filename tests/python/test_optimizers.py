@@ -74,9 +74,13 @@ def test_a_training_step_traces_the_optimizer_update_into_one_graph(optimizer):
     assert updates, [g.code for g in counter.graphs]
     # The update of every parameter is in it: one in-place change per parameter at least.
     assert all(g.code.count("_(") >= 4 for g in updates)
-    # Graphs: the forward, the grad-mode switches torch.optim breaks around (graph_break()), the
-    # update of the first step (which also makes the state) and of the steps after.
-    assert counter.frame_count <= 5
+    # Graphs: the forward, the update of the first step (which also makes the state lazily) and
+    # of the steps after; SGD without momentum and Adagrad (state made in __init__) have one
+    # update graph. The regions torch.optim's graph_break() calls leave holding only grad-mode
+    # switches give no graph (the runtime switches, as torch.compile drops such graphs).
+    assert counter.frame_count == (2 if optimizer in ("SGD", "Adagrad") else 3)
+    assert not [g for g in counter.graphs if "_set_grad_enabled" in g.code and "_(" not in g.code]
+    assert torch.is_grad_enabled()
 
 
 def test_adamw_matches_torch_compile_and_compiles_once_per_state():
@@ -103,7 +107,7 @@ def test_many_parameters_stay_below_the_recompile_limit(recwarn):
     losses, state = run(compiled, "Adam", steps=3, layers=12)
     assert close(losses, ref_losses) and close(state, ref_state)
     assert not [w for w in recwarn if "recompile_limit" in str(w.message)]
-    assert counter.frame_count <= 5
+    assert counter.frame_count == 3
 
 
 def test_a_compiled_step_alone_updates_the_state_the_model_sees():

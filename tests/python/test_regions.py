@@ -162,6 +162,28 @@ def test_no_grad_block_is_one_graph_with_grad_mode_switches():
     assert code.count("torch._C._set_grad_enabled(True)") == 1
 
 
+def switches_then_breaks(x):
+    torch.set_grad_enabled(False)
+    torch._dynamo.graph_break()  # (torch.optim's step() breaks like this inside its no_grad)
+    y = x * 2
+    torch.set_grad_enabled(True)
+    return y
+
+
+def test_a_region_that_only_switches_grad_mode_gives_no_graph_and_the_runtime_switches():
+    counter = CompileCounter()
+    compiled = framejit.compile(switches_then_breaks, backend=counter)
+    x = torch.ones(2, requires_grad=True)
+    for _ in range(3):
+        out = compiled(x)
+        assert same(out, switches_then_breaks(x)) and not out.requires_grad
+        assert torch.is_grad_enabled()
+    kinds = [(r["kind"], r["exit"], r["graph_ops"]) for r in regions(switches_then_breaks)]
+    assert kinds == [("compiled", "call", 0), ("compiled", "return", 2)]
+    assert counter.frame_count == 1  # the first region's switch went to no backend
+    assert "torch._C._set_grad_enabled(True)" in counter.graphs[0].code
+
+
 class EventLog:
     """A context manager of the user's, entered and exited once per call (its events go into
     the list it is given, else its own)."""

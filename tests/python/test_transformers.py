@@ -212,7 +212,11 @@ def test_a_training_step_with_adamw_matches_eager_and_traces_the_update(name):
     assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(state, ref_state))
     updates = [g for g in counter.graphs if g.code.count("lerp_") >= len(ref_state) // 4]
     assert len(updates) >= 1  # every parameter's AdamW update in one graph
-    assert counter.frame_count <= 8
+    # Graphs: the forward (GPT2's in two, split by transformers' logger.warning_once about the
+    # unset loss_type; BERT's compiled again on the second step, whose first set
+    # config.problem_type), the first step's update (which makes AdamW's state) and the update
+    # of the steps after. The grad-mode switches torch.optim breaks around give no graph.
+    assert counter.frame_count == {"gpt2": 4, "llama": 3, "bert": 4}[name]
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
