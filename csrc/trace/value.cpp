@@ -255,10 +255,14 @@ Value* live_generator_in(const ValuePtr& value, int depth) {
   if (!value || depth > 8) return nullptr;  // (a container holding itself)
   if (value->kind == VKind::kIter && value->iter_form == IterForm::kGenerator) return value.get();
   if (value->is_sequence() || value->kind == VKind::kDict ||
-      (value->kind == VKind::kIter && !value->exhausted)) {
-    for (const ValuePtr& item : value->items) {
+      (value->kind == VKind::kIter && !value->exhausted) || value->is(ObjRole::kNewObject)) {
+    for (const ValuePtr& item : value->items) {  // (a new object's: its attributes)
       if (Value* g = live_generator_in(item, depth + 1)) return g;
     }
+  }
+  // A bound method (a block's __exit__) of an object holding one.
+  if (value->kind == VKind::kObject && value->bound_self) {
+    return live_generator_in(value->bound_self, depth + 1);
   }
   return nullptr;
 }

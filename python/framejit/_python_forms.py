@@ -9,9 +9,11 @@ its arguments as lazily where that can be seen (map, filter, chain); the ones th
 every item first (product, combinations, zip_longest) read them at the first step, as the C
 versions do. Nothing here is called outside a trace.
 """
+import contextlib
 import functools
 import itertools
 import typing
+import weakref
 
 from . import _C
 
@@ -209,6 +211,54 @@ def trace_max(*args, key=None, default=_NO_DEFAULT):
     return _extreme("max", args, key, default, default is not _NO_DEFAULT, True)
 
 
+class _GeneratorManager:
+    """What a @contextlib.contextmanager function returns, in the trace: its generator runs in
+    the trace, to its yield at __enter__ and on to its end at __exit__, as contextlib's
+    _GeneratorContextManager runs it. (A block that raises is contextlib's to handle: its
+    __exit__ is called, which the tracer does not trace, so the region is traced again with
+    the manager made by contextlib. So is one a region ends inside: the half-run generator
+    cannot leave the trace.)"""
+
+    def __init__(self, func, args, kwds):
+        self.gen = func(*args, **kwds)
+        self.func, self.args, self.kwds = func, args, kwds
+
+    def __enter__(self):
+        value = next(self.gen, _NOT_YIELDED)
+        if value is _NOT_YIELDED:
+            raise RuntimeError("generator didn't yield")
+        return value
+
+    def __exit__(self, typ, value, traceback):
+        if typ is None:
+            if next(self.gen, _NOT_YIELDED) is _NOT_YIELDED:
+                return False
+            raise RuntimeError("generator didn't stop")
+        return contextlib._GeneratorContextManager.__exit__(self, typ, value, traceback)
+
+
+_NOT_YIELDED = object()
+FORM_CLASSES = (_GeneratorManager,)  # made in the trace like a user's class (plain_class_init)
+# The code of the function @contextlib.contextmanager returns (one for every decorated function).
+_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: (yield)).__code__
+_MANAGER_FORMS = weakref.WeakKeyDictionary()
+
+
+def _manager_form(helper):
+    """The form of one @contextmanager function: makes the trace's manager over its generator
+    function (the decorated one, held by the helper's closure)."""
+    form = _MANAGER_FORMS.get(helper)
+    if form is None:
+        cells = dict(zip(helper.__code__.co_freevars, helper.__closure__ or ()))
+        func = cells["func"].cell_contents
+
+        def trace_contextmanager(*args, **kwds):
+            return _GeneratorManager(func, args, kwds)
+
+        form = _MANAGER_FORMS[helper] = trace_contextmanager
+    return form
+
+
 # Builtins the tracer answers itself unless called with a key function.
 # (zip with strict=: its checks.)
 _KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max, zip: trace_zip}
@@ -228,7 +278,9 @@ _FORMS = {
 
 
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (_product_rows, _pick, _extreme, _arguments):
+for _helper in (_product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+                _GeneratorManager.__enter__, _GeneratorManager.__exit__,
+                _manager_form(contextlib.contextmanager(lambda: (yield)))):
     _C.allow_code(_helper.__code__)
 del _helper
 
@@ -237,6 +289,9 @@ def python_form(fn, keyed=False):
     """The Python form the tracer runs for `fn` (called with a `key=` or `strict=` argument:
     `keyed`), or None."""
     try:
-        return _FORMS.get(fn) or (_KEYED_FORMS.get(fn) if keyed else None)
+        form = _FORMS.get(fn) or (_KEYED_FORMS.get(fn) if keyed else None)
     except TypeError:  # unhashable
         return None
+    if form is None and getattr(fn, "__code__", None) is _CONTEXTMANAGER_CODE:
+        return _manager_form(fn)
+    return form

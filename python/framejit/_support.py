@@ -17,7 +17,7 @@ import torch
 from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
-from ._python_forms import python_form  # noqa: F401  (looked up by the C++ core)
+from ._python_forms import FORM_CLASSES, python_form  # noqa: F401  (python_form: looked up by the C++ core)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
 # Namespaces under torch whose functions are not graph operations: state, I/O, autograd
@@ -497,7 +497,7 @@ def plain_class_init(cls):
             continue
         if not klass.__flags__ & _HEAPTYPE or vars(klass).get("__slots__") or "__getattr__" in vars(klass):
             return None  # (an empty __slots__, as collections.abc's classes have, is no slot)
-        if klass.__module__.startswith(("torch", "framejit")):
+        if klass.__module__.startswith(("torch", "framejit")) and klass not in FORM_CLASSES:
             return None
     if not cls.__dictoffset__:
         return None  # slots only: no instance dict for the attributes

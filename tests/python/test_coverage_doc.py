@@ -660,6 +660,21 @@ def ex_own_manager(x):
     return y
 
 
+@contextlib.contextmanager
+def doubled():
+    try:
+        yield 2.0
+    finally:
+        pass
+
+
+@example("with doubled() as k:")
+def ex_generator_manager(x):
+    with doubled() as k:
+        y = x * k
+    return y
+
+
 @example("with contextlib.suppress(KeyError):")
 def ex_untraced_manager(x):
     with contextlib.suppress(KeyError):

@@ -262,6 +262,107 @@ def test_profiler_ranges_and_nullcontext_leave_nothing_in_the_graph():
     assert "mul" in code and "add" in code and "record_function" not in code
 
 
+@contextlib.contextmanager
+def scaled_block(k, events):
+    events.append("enter")
+    try:
+        yield k * 2
+    finally:
+        events.append("exit")
+
+
+@contextlib.contextmanager
+def grad_off():
+    before = torch.is_grad_enabled()
+    torch.set_grad_enabled(False)
+    try:
+        yield
+    finally:
+        torch.set_grad_enabled(before)
+
+
+def uses_generator_managers(x, events):
+    with scaled_block(3, events) as k:
+        y = x * k
+    with grad_off():
+        z = y + 1
+    return y, z
+
+
+def test_contextmanager_functions_run_their_generator_in_the_trace():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_generator_managers, backend=counter)
+    x = torch.ones(2, requires_grad=True)
+    for _ in range(3):
+        events, ref_events = [], []
+        out = compiled(x, events)
+        ref = uses_generator_managers(x, ref_events)
+        assert same(out, ref) and events == ref_events == ["enter", "exit"]
+        assert out[0].requires_grad and not out[1].requires_grad and torch.is_grad_enabled()
+    assert [r["exit"] for r in regions(uses_generator_managers)] == ["return"]
+    assert counter.frame_count == 1
+    code = counter.graphs[0].code
+    assert "x * 6" in code and "torch._C._set_grad_enabled(False)" in code
+
+
+def breaks_inside_a_generator_manager(x, events):
+    with scaled_block(2, events) as k:
+        print("inside")  # the region ends here: the generator cannot leave the trace half run
+        y = x * k
+    return y
+
+
+@contextlib.contextmanager
+def catches_value_error(events):
+    try:
+        yield
+    except ValueError as e:
+        events.append(str(e))
+
+
+def raises_inside_a_generator_manager(x, events):
+    y = x * 2
+    with catches_value_error(events):
+        y = y + 1
+        raise ValueError("inside")
+    return y
+
+
+@contextlib.contextmanager
+def never_yields():
+    if False:
+        yield
+
+
+@contextlib.contextmanager
+def yields_twice():
+    yield 1
+    yield 2
+
+
+def enters(manager_fn, x):
+    with manager_fn():
+        x = x + 1
+    return x
+
+
+def test_a_generator_manager_the_trace_cannot_finish_is_contextlibs_and_matches_eager(capsys):
+    # A break inside the block, and an exception the generator catches: the call is traced
+    # again left to contextlib, whose manager the runtime enters; results and events as eager's.
+    for fn in (breaks_inside_a_generator_manager, raises_inside_a_generator_manager):
+        compiled = framejit.compile(fn, backend=CompileCounter())
+        for _ in range(2):
+            events, ref_events = [], []
+            assert same(compiled(torch.ones(2), events), fn(torch.ones(2), ref_events))
+            assert events == ref_events and events, fn.__name__
+        assert "with" in [r["exit"] for r in regions(fn)], fn.__name__
+    # A generator that does not yield, or yields twice: contextlib's RuntimeError.
+    compiled = framejit.compile(enters, backend=CompileCounter())
+    for manager_fn, message in ((never_yields, "didn't yield"), (yields_twice, "didn't stop")):
+        with pytest.raises(RuntimeError, match=message):
+            compiled(manager_fn, torch.ones(2))
+
+
 def uses_inference_mode(x):
     y = x * 2
     with torch.inference_mode():
