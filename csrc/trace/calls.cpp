@@ -278,12 +278,16 @@ bool is_user_function(TraceHost& host, py::handle fn) {
   }
   // Helpers of torch.nn's own modules (Conv2d._conv_forward, _BatchNorm checks) are traced
   // like their forward methods.
-  // So are torch.nn.functional's private helpers (F._canonical_mask, F._none_or_dtype).
+  // So are torch.nn.functional's private helpers (F._canonical_mask, F._none_or_dtype) and
+  // torch.nn.init's functions that fill no tensor (_calculate_fan_in_and_fan_out,
+  // calculate_gain), as _support._is_traced_torch_helper says.
   py::object module = py::getattr(fn, "__module__", py::none());
   if (module.is_none()) return false;
   const std::string name = py::str(module).cast<std::string>();
-  if (name == "torch.nn.functional") {
-    return py::str(py::getattr(fn, "__name__", py::str(""))).cast<std::string>().rfind('_', 0) == 0;
+  if (name == "torch.nn.functional" || name == "torch.nn.init") {
+    const std::string fn_name = py::str(py::getattr(fn, "__name__", py::str(""))).cast<std::string>();
+    const bool is_private = fn_name.rfind('_', 0) == 0;
+    return is_private || (name == "torch.nn.init" && !fn_name.empty() && fn_name.back() != '_');
   }
   return name.rfind("torch.nn.modules.", 0) == 0;
 }

@@ -53,6 +53,9 @@ _QUERIES = {
     torch._C._has_torch_function_variadic,
     # Named once per process (torch.utils.rename_privateuse1_backend): optimizers list devices.
     torch._C._get_privateuse1_backend_name,
+} | {  # autocast's dtypes (the global-state guard pins the CPU's and CUDA's)
+    getattr(torch, name) for name in ("get_autocast_dtype", "get_autocast_cpu_dtype",
+                                      "get_autocast_gpu_dtype") if hasattr(torch, name)
 }
 
 # Builtins that are pure functions of their arguments (folded on constants).
@@ -120,8 +123,9 @@ def classify_callable(fn) -> CallableKind:
             return CallableKind.NOT_TRACED
         if getattr(fn, "__name__", "") in ("__enter__", "__exit__"):
             return CallableKind.NOT_TRACED  # a torch context manager the runtime enters
-        if module == "torch.nn.functional" and _is_private_python_helper(fn):
-            # F._none_or_dtype, F._canonical_mask, ...: traced through, like user code
+        if _is_traced_torch_helper(module, fn):
+            # F._none_or_dtype, F._canonical_mask, init._calculate_fan_in_and_fan_out,
+            # init.calculate_gain, ...: traced through, like user code
             return CallableKind.NOT_TRACED
         return CallableKind.TORCH_OP
     owner = getattr(fn, "__self__", None)
@@ -211,8 +215,16 @@ _MODULE_LISTINGS = {
 }
 
 
-def _is_private_python_helper(fn) -> bool:
-    return isinstance(fn, types.FunctionType) and fn.__name__.startswith("_")
+def _is_traced_torch_helper(module, fn) -> bool:
+    """torch's Python helpers traced like user code (trace/calls.cpp, is_user_function, agrees):
+    torch.nn.functional's private ones, and torch.nn.init's that fill no tensor (the private
+    ones, calculate_gain; the in-place fills such as uniform_ stay graph ops)."""
+    if not isinstance(fn, types.FunctionType):
+        return False
+    name = fn.__name__
+    if module == "torch.nn.functional":
+        return name.startswith("_")
+    return module == "torch.nn.init" and (name.startswith("_") or not name.endswith("_"))
 
 
 def tensor_method_kind(name: str) -> TensorMethodKind:

@@ -675,6 +675,17 @@ def ex_generator_manager(x):
     return y
 
 
+@example("torch.nn.init._calculate_fan_in_and_fan_out(x)")
+def ex_init_fans(x):
+    fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(x)
+    return x * (fan_in + fan_out)
+
+
+@example('x.to(torch.get_autocast_dtype("cpu"))')
+def ex_autocast_dtype(x):
+    return x.to(torch.get_autocast_dtype("cpu")) * 2
+
+
 @example("with contextlib.suppress(KeyError):")
 def ex_untraced_manager(x):
     with contextlib.suppress(KeyError):

@@ -833,3 +833,36 @@ def test_map_stays_lazy_and_a_namedtuple_leaves_the_region_as_itself():
     out = framejit.compile(f, backend=CompileCounter())(torch.ones(2))
     assert type(out) is Pair and out.second == 1  # the second item was never made
     assert same(out.first, torch.ones(2) * 2)
+
+
+def init_scaled(w, x):
+    # Initialisation arithmetic in a forward (transformers' and timm's init helpers read it).
+    fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(w)
+    gain = torch.nn.init.calculate_gain("leaky_relu", 0.2)
+    fan = torch.nn.init._calculate_correct_fan(w, "fan_in")
+    return x @ w.t() * (gain * (2.0 / (fan_in + fan_out)) ** 0.5 / fan)
+
+
+def autocast_dtype_named(x):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        inside = torch.get_autocast_dtype("cpu")
+    return x.to(inside).float() * 2, x.to(torch.get_autocast_dtype("cpu"))
+
+
+def test_init_helpers_and_the_autocast_dtype_are_answered_in_the_trace():
+    counter = run_both(init_scaled, torch.randn(3, 4), torch.randn(2, 4))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(init_scaled)] == ["return"]
+    counter = CompileCounter()
+    compiled = framejit.compile(autocast_dtype_named, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x), autocast_dtype_named(x))
+    assert compiled(x)[1].dtype == torch.get_autocast_dtype("cpu")
+    before = torch.get_autocast_dtype("cpu")
+    try:  # the dtype is a constant of the trace: a change of it compiles again
+        torch.set_autocast_dtype("cpu", torch.float16)
+        out = compiled(x)
+        assert out[1].dtype == torch.float16 and same(out, autocast_dtype_named(x))
+    finally:
+        torch.set_autocast_dtype("cpu", before)
+    assert counter.frame_count == 2
+    assert [r["exit"] for r in regions(autocast_dtype_named)] == ["return", "return"]
