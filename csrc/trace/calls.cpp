@@ -519,6 +519,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         py::object index = self->device.attr("index");
         return Value::constant(index.is_none() ? py::int_(-1) : index);
       }
+      if (name == "backward") {  // (torch.compile breaks here too, without compiled autograd)
+        FJ_UNSUPPORTED(kUnsupportedCall, "Tensor.backward() runs autograd outside the graph");
+      }
       FJ_UNSUPPORTED(kDataDependent, "Tensor.{}() needs the tensor's data", name);
     }
     if (self->kind == VKind::kTuple && self->holds_size_expr()) {
@@ -1020,6 +1023,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return call(method, std::move(args), std::move(kwargs));
       }
     }
+  }
+  if (callable_name(callable) == "graph_break" &&
+      py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>() ==
+          "torch._dynamo.decorators") {
+    FJ_UNSUPPORTED(kUnsupportedCall, "torch._dynamo.graph_break(): the code asks for a break here");
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "call to {} is not traced yet", callable_name(callable));
 }

@@ -70,6 +70,9 @@ def test_a_training_step_traces_the_optimizer_update_into_one_graph(optimizer):
     # purpose (as under torch.compile); zero_grad is in the last region.
     breaks = [r["exit"] for r in regions(train_step) if r["kind"] == "compiled"]
     assert breaks == ["call", "call", "return"]
+    reasons = [r["reason"] for r in regions(train_step)][:2]  # as the graph_breaks log says
+    assert "Tensor.backward() runs autograd outside the graph" in reasons[0]
+    assert "torch._dynamo.graph_break(): the code asks for a break here" in reasons[1]
     updates = update_graphs(counter)
     assert updates, [g.code for g in counter.graphs]
     # The update of every parameter is in it: one in-place change per parameter at least.
