@@ -43,6 +43,9 @@ constexpr bool kNullAboveCallable = kIs313;
 inline int for_iter_exhausted_pc(int target) {
   return kIs313 ? target + 2 : kIs312 ? target + 1 : target;
 }
+// SEND (`yield from`) on a returning receiver: 3.11 replaces the receiver with the return value;
+// 3.12 pushes it above the receiver, which the END_SEND at the target pops.
+constexpr bool kSendKeepsReceiver = kIs312;
 
 // Whether a class's attribute version tag is valid: 3.11 and 3.12 flag it
 // (Py_TPFLAGS_VALID_VERSION_TAG); 3.13 no longer sets the flag, and a valid tag is a nonzero one.

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 
+#include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/tracer.h"
 
@@ -82,7 +83,7 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
   push(std::move(value));
 }
 
-void Tracer::end_generator(bool returned) {
+void Tracer::end_generator(bool returned, ValuePtr result) {
   std::shared_ptr<TraceFrame> gen = frames_.back();
   frames_.pop_back();
   FJ_CHECK(gen->owner != nullptr, "a generator frame without its iterator");
@@ -99,6 +100,13 @@ void Tracer::end_generator(bool returned) {
   }
   it.items.clear();
   it.exhausted = true;
+  if (returned && gen->gen_mode == TraceFrame::GenMode::kSend) {  // `yield from` ends
+    TraceFrame& consumer = frame();
+    if (!pyver::kSendKeepsReceiver) consumer.stack.pop_back();
+    consumer.stack.push_back(result ? std::move(result) : Value::constant(py::none()));
+    consumer.pc = gen->exhausted_pc;
+    return;
+  }
   if (returned && gen->gen_mode == TraceFrame::GenMode::kNext) {
     if (!gen->next_default) {
       FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");

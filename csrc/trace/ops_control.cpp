@@ -70,6 +70,42 @@ void op_for_iter(Tracer& t, const Instr& i) {
   t.jump(pyver::for_iter_exhausted_pc(i.target));
 }
 
+// `yield from x` in a generator the trace runs: GET_YIELD_FROM_ITER keeps a generator, else
+// iter(x); SEND steps it (None is all the trace ever sends: it resumes generators with next).
+void op_get_yield_from_iter(Tracer& t, const Instr& i) {
+  const ValuePtr& source = t.peek();
+  if (source->kind == VKind::kIter && source->iter_form == IterForm::kGenerator) return;
+  op_get_iter(t, i);
+}
+
+void op_send(Tracer& t, const Instr& i) {
+  ValuePtr sent = t.pop();
+  if (!sent->is_const() || !sent->obj.is_none()) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "send() of {} into a generator", sent->describe());
+  }
+  ValuePtr receiver = t.peek();
+  if (receiver->kind != VKind::kIter) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "yield from {} is not traced yet", receiver->describe());
+  }
+  if (receiver->iter_form == IterForm::kGenerator && !receiver->exhausted) {
+    t.resume_generator(*receiver, TraceFrame::GenMode::kSend, i.target);
+    return;
+  }
+  if (ValuePtr item = receiver->next()) {
+    t.push(std::move(item));
+    return;
+  }
+  if (!pyver::kSendKeepsReceiver) t.pop();  // an iterator's end: the value None
+  t.push(Value::constant(py::none()));
+  t.jump(i.target);
+}
+
+void op_end_send(Tracer& t, const Instr&) {  // 3.12: [receiver, value] -> [value]
+  ValuePtr value = t.pop();
+  t.pop();
+  t.push(std::move(value));
+}
+
 void op_end_for(Tracer& t, const Instr&) {  // 3.12: reached only by a jump; pops two values
   t.pop();
   t.pop();
@@ -224,6 +260,9 @@ void register_control_ops(HandlerTable& table) {
   set(Op::BEFORE_WITH, op_before_with);
   set(Op::FOR_ITER, op_for_iter);
   set(Op::END_FOR, op_end_for);
+  set(Op::GET_YIELD_FROM_ITER, op_get_yield_from_iter);
+  set(Op::SEND, op_send);
+  set(Op::END_SEND, op_end_send);
   set(Op::RAISE_VARARGS, op_raise_varargs);
   set(Op::RERAISE, op_reraise);
   set(Op::PUSH_EXC_INFO, op_push_exc_info);

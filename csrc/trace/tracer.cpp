@@ -462,7 +462,7 @@ ValuePtr Tracer::as_bool_for_jump(ValuePtr value, const Instr& i) {
 
 void Tracer::finish(const ValuePtr& value) {
   if (frame().lazy_generator) {
-    end_generator(/*returned=*/true);
+    end_generator(/*returned=*/true, value);
     return;
   }
   if (inlined()) {

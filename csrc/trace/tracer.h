@@ -80,7 +80,9 @@ struct TraceFrame {
   // `exhausted_pc`); kDrain: run to the end for a consumer that needs its items (they collect
   // in `yields`), whose instruction then runs again. `owner` is set while it runs.
   // kNext: next(gen[, default]) asked for one item: as kStep, but the return gives `default`.
-  enum class GenMode : uint8_t { kStep, kNext, kDrain };
+  // kSend: `yield from` (SEND) asked for one item: its yield goes above the receiver, its
+  // return value goes on at `exhausted_pc` (the SEND's target).
+  enum class GenMode : uint8_t { kStep, kNext, kDrain, kSend };
   bool lazy_generator = false;
   GenMode gen_mode = GenMode::kStep;
   int exhausted_pc = -1;
@@ -371,8 +373,9 @@ class Tracer {
   // a generator among them is finished.
   void drop_frames_to(size_t n);
   // The generator frame on top returned (or an exception left it): it is popped, and its
-  // iterator holds what it yielded while draining (else it is exhausted).
-  void end_generator(bool returned);
+  // iterator holds what it yielded while draining (else it is exhausted). `result`: what it
+  // returned (a `yield from`'s value).
+  void end_generator(bool returned, ValuePtr result = nullptr);
   // Before a region's exit state is built: a live generator in the root frame's stack or
   // changed locals (or in `values`) throws InlineBreak at the call that made it; an except
   // block open in the root frame, at the raise that entered it.

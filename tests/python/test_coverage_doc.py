@@ -686,6 +686,19 @@ def ex_autocast_dtype(x):
     return x.to(torch.get_autocast_dtype("cpu")) * 2
 
 
+def walk(tree):
+    if isinstance(tree, list):
+        for child in tree:
+            yield from walk(child)
+    else:
+        yield tree
+
+
+@example("yield from walk(child)")
+def ex_yield_from(x):
+    return sum(walk([x, [x * 2, [x * 3]]]))
+
+
 @example("with contextlib.suppress(KeyError):")
 def ex_untraced_manager(x):
     with contextlib.suppress(KeyError):

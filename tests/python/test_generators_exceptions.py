@@ -151,6 +151,56 @@ def test_a_generator_with_try_finally_and_a_return_value():
     assert graphs == 1 and exits == ["return"]
 
 
+def two_then_seven(x):
+    yield x
+    yield x + 1
+    return x * 7
+
+
+def delegates(x):
+    r = yield from two_then_seven(x)  # the inner generator's return value
+    yield r
+    yield from [x - 1, x - 2]
+    yield from (t * 3 for t in (x, x))
+
+
+def leaves(tree):
+    if isinstance(tree, list):
+        for t in tree:
+            yield from leaves(t)
+    else:
+        yield tree
+
+
+def yields_from(x):
+    total = x
+    for v in delegates(x):  # interleaved with the loop
+        total = total + v
+    flat = list(leaves([x, [x * 2, [x * 3]], x * 4]))  # recursive, drained
+    return list(delegates(x)), total, next(delegates(x)), sum(flat)
+
+
+def test_yield_from_delegates_to_generators_and_iterables_in_one_graph():
+    graphs, exits = compiled_and_eager(yields_from, torch.randn(2))
+    assert graphs == 1 and exits == ["return"]
+
+
+def test_yield_from_a_generator_that_breaks_is_made_by_python():
+    def branchy(x):
+        yield x
+        if x.sum() > 0:  # a branch inside the delegated generator: not inlinable
+            yield x * 2
+
+    def outer(x):
+        yield from branchy(x)
+
+    def f(x):
+        return [t + 1 for t in outer(x)]
+
+    for x in (torch.ones(2), -torch.ones(2)):
+        assert same(framejit.compile(f, backend=CompileCounter())(x), f(x))
+
+
 def raises_and_catches(x):
     try:
         raise ValueError("boom")
