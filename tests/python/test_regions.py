@@ -148,13 +148,20 @@ def raises_in_with(x):
         return z, str(e), torch.is_grad_enabled()
 
 
-def test_no_grad_block_is_one_graph_with_grad_mode_switches():
+def run_grad_off(fn):
+    """Compiles fn and calls it 3 times against eager: its result must not require grad, and
+    grad mode is on again after each call. Returns the counter."""
     counter = CompileCounter()
-    compiled = framejit.compile(uses_with, backend=counter)
+    compiled = framejit.compile(fn, backend=counter)
     x = torch.ones(2, requires_grad=True)
     for _ in range(3):
         out = compiled(x)
-        assert same(out, uses_with(x)) and not out.requires_grad and torch.is_grad_enabled()
+        assert same(out, fn(x)) and not out.requires_grad and torch.is_grad_enabled()
+    return counter
+
+
+def test_no_grad_block_is_one_graph_with_grad_mode_switches():
+    counter = run_grad_off(uses_with)
     assert [(r["kind"], r["exit"]) for r in regions(uses_with)] == [("compiled", "return")]
     assert counter.frame_count == 1
     code = counter.graphs[0].code
@@ -171,13 +178,7 @@ def switches_then_breaks(x):
 
 
 def test_a_region_that_only_switches_grad_mode_gives_no_graph_and_the_runtime_switches():
-    counter = CompileCounter()
-    compiled = framejit.compile(switches_then_breaks, backend=counter)
-    x = torch.ones(2, requires_grad=True)
-    for _ in range(3):
-        out = compiled(x)
-        assert same(out, switches_then_breaks(x)) and not out.requires_grad
-        assert torch.is_grad_enabled()
+    counter = run_grad_off(switches_then_breaks)
     kinds = [(r["kind"], r["exit"], r["graph_ops"]) for r in regions(switches_then_breaks)]
     assert kinds == [("compiled", "call", 0), ("compiled", "return", 2)]
     assert counter.frame_count == 1  # the first region's switch went to no backend
