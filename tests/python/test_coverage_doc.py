@@ -699,6 +699,13 @@ def ex_yield_from(x):
     return sum(walk([x, [x * 2, [x * 3]]]))
 
 
+@example("groups = collections.defaultdict(list)")
+def ex_defaultdict_made(x):
+    groups = collections.defaultdict(list)
+    groups[0].append(x * 2)
+    return groups[0][0]
+
+
 @example("with contextlib.suppress(KeyError):")
 def ex_untraced_manager(x):
     with contextlib.suppress(KeyError):
