@@ -184,10 +184,6 @@ void fall_back(Region& region, int pc, std::string reason) {
   region.exit.pc = pc;
 }
 
-// Traces a region from `pc` with the state `fs` and compiles its graph. Returns nullptr with a
-// Python exception set only for fullgraph=True failures; other failures give a fallback region.
-// A compiled region's guards are evaluated once, here, on `fs`: `slots` holds the values they
-// read, for the region's first run (and the backend's example inputs).
 // A graph whose every op is torch._C._set_grad_enabled(mode) goes to no backend: the region
 // keeps the last switch for the runtime to make (Region::grad_switch).
 void take_grad_switches(const Graph& graph, Region& region) {
@@ -203,6 +199,10 @@ void take_grad_switches(const Graph& graph, Region& region) {
   region.graph_ops = 0;
 }
 
+// Traces a region from `pc` with the state `fs` and compiles its graph. Returns nullptr with a
+// Python exception set only for fullgraph=True failures; other failures give a fallback region.
+// A compiled region's guards are evaluated once, here, on `fs`: `slots` holds the values they
+// read, for the region's first run (and the backend's example inputs).
 std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& fs, bool warmed,
                                        SlotValues& slots) {
   PauseScope pause;

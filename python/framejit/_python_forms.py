@@ -221,7 +221,6 @@ class _GeneratorManager:
 
     def __init__(self, func, args, kwds):
         self.gen = func(*args, **kwds)
-        self.func, self.args, self.kwds = func, args, kwds
 
     def __enter__(self):
         value = next(self.gen, _NOT_YIELDED)
@@ -239,8 +238,9 @@ class _GeneratorManager:
 
 _NOT_YIELDED = object()
 FORM_CLASSES = (_GeneratorManager,)  # made in the trace like a user's class (plain_class_init)
-# The code of the function @contextlib.contextmanager returns (one for every decorated function).
-_CONTEXTMANAGER_CODE = contextlib.contextmanager(lambda: (yield)).__code__
+# A function @contextlib.contextmanager returns: its code is every decorated function's.
+_SAMPLE_MANAGER = contextlib.contextmanager(lambda: (yield))
+_CONTEXTMANAGER_CODE = _SAMPLE_MANAGER.__code__
 _MANAGER_FORMS = weakref.WeakKeyDictionary()
 
 
@@ -280,7 +280,7 @@ _FORMS = {
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
 for _helper in (_product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
-                _manager_form(contextlib.contextmanager(lambda: (yield)))):
+                _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)
 del _helper
 
