@@ -104,9 +104,14 @@ bool reads_items_as_dict(PyObject* obj) {
   return PyDict_Check(obj) && _PyType_Lookup(Py_TYPE(obj), kGetitem) == _PyType_Lookup(&PyDict_Type, kGetitem);
 }
 
-ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self) {
+ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self,
+                              const ValuePtr& read_through, const std::string& name) {
   ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(fn));
   if (kind == AttrKind::kFunction || kind == AttrKind::kProperty) method->bound_self = self;
+  if (kind == AttrKind::kFunction && read_through && read_through->source >= 0) {
+    method->class_of = read_through;
+    method->class_attr = name;
+  }
   if (kind == AttrKind::kClassMethod) {
     const bool self_is_class = self->kind == VKind::kObject && !self->is(ObjRole::kNewObject) &&
                                PyType_Check(self->obj.ptr());
@@ -314,7 +319,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (is_function_like(kind)) {
         // Bound from the class as it is now: a method replaced on the class compiles again.
         if (base->source >= 0) guard_class_attribute(base, name, true, /*same_object=*/true);
-        return bind_class_attribute(kind, found, base);
+        return bind_class_attribute(kind, found, base, base, name);
       }
       break;
     }

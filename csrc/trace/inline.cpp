@@ -328,7 +328,12 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
   // type(module).forward as it is now, and no forward set on the instance: replacing either
   // compiles again.
   if (self->source >= 0) guard_class_attribute(self, "forward", true, /*same_object=*/true);
-  inline_call(Value::object(forward), forward, std::move(args), std::move(kwargs));
+  ValuePtr forward_value = Value::object(forward);
+  if (self->source >= 0) {
+    forward_value->class_of = self;
+    forward_value->class_attr = "forward";
+  }
+  inline_call(forward_value, forward, std::move(args), std::move(kwargs));
 }
 
 bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& out) {
@@ -571,16 +576,28 @@ void Tracer::copy_free_vars(int n) {
   }
   PyObject* closure = PyFunction_GET_CLOSURE(fr.function.ptr());
   FJ_CHECK(closure != nullptr && PyTuple_GET_SIZE(closure) == n, "closure size mismatch");
+  ValuePtr cells;  // the function's __closure__ read by source, once needed
+  auto read_cells = [&]() {
+    if (!cells && fr.function_value) {
+      if (ValuePtr sourced = function_source(fr.function_value)) {
+        cells = entry_.load(entry_.sources().attr(sourced->source, "__closure__"));
+        FJ_CHECK(cells != nullptr && cells->kind == VKind::kTuple, "__closure__ unreadable");
+      }
+    }
+    return cells != nullptr;
+  };
   for (int i = 0; i < n; ++i) {
     ValuePtr cell = std::make_shared<Value>();
     cell->kind = VKind::kCell;
     PyObject* real = PyTuple_GET_ITEM(closure, i);  // borrowed
-    if (fr.function_value && fr.function_value->source >= 0) {
-      ValuePtr cells = entry_.load(entry_.sources().attr(fr.function_value->source, "__closure__"));
-      FJ_CHECK(cells != nullptr && cells->kind == VKind::kTuple, "__closure__ unreadable");
+    PyObject* content = PyCell_GET(real);  // borrowed
+    // A function reached without a source (a method bound from its class, guarded there by
+    // identity) carries the constants and functions in its cells as they are; anything else
+    // (a registry object, a dict) is read through the class, so its state is guarded.
+    const bool sourced = fr.function_value && fr.function_value->source >= 0;
+    if ((sourced || (content != nullptr && !is_fixed_value(content))) && read_cells()) {
       cell->source = cells->items.at(i)->source;
     } else {
-      PyObject* content = PyCell_GET(real);  // borrowed
       if (content == nullptr) FJ_UNSUPPORTED(kUnsupportedValue, "empty closure cell");
       ValuePtr value = carried_value(content);
       if (!value) FJ_UNSUPPORTED(kUnsupportedValue, "closure of a function reached without a source");
@@ -590,6 +607,19 @@ void Tracer::copy_free_vars(int n) {
     }
     fr.locals[first + i] = cell;
   }
+}
+
+ValuePtr Tracer::function_source(const ValuePtr& fn) {
+  if (fn->source >= 0) return fn;
+  if (!fn->class_of || fn->class_of->source < 0 || fn->class_attr.empty()) return nullptr;
+  const ValuePtr& owner = fn->class_of;
+  ValuePtr cls = PyType_Check(owner->obj.ptr())
+                     ? owner
+                     : entry_.load(entry_.sources().attr(owner->source, "__class__"));
+  if (!cls || cls->source < 0) return nullptr;
+  ValuePtr read = entry_.load(entry_.sources().attr(cls->source, fn->class_attr));
+  if (!read || read->source < 0 || !read->obj.is(fn->obj)) return nullptr;
+  return read;
 }
 
 }  // namespace framejit

@@ -75,7 +75,7 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
     return class_data(py::reinterpret_borrow<py::object>(how[1]));
   }
   if (self->origin) guard_class_attribute(self->origin, name, true, /*same_object=*/true);
-  return bind_class_attribute(kind, how[1], self);
+  return bind_class_attribute(kind, how[1], self, self->origin, name);
 }
 
 void Tracer::new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value) {

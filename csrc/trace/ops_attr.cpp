@@ -68,7 +68,10 @@ void push_method(Tracer& t, const std::string& name) {
   if (attribute->kind == VKind::kObject && attribute->bound_self &&
       PyFunction_Check(attribute->obj.ptr())) {
     // CPython's own layout for a Python method: [function, self].
-    t.push(Value::object(attribute->obj));
+    ValuePtr function = Value::object(attribute->obj);
+    function->class_of = attribute->class_of;  // where its closure is read
+    function->class_attr = attribute->class_attr;
+    t.push(std::move(function));
     t.push(attribute->bound_self);
     return;
   }

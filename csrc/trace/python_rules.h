@@ -26,8 +26,11 @@ py::object type_of(const ValuePtr& value);
 
 // A function-like class attribute resolved for `self` by framejit._support (is_function_like),
 // bound as Python binds it: methods and property getters to self, classmethods to self's class.
+// A plain function read off the class of `read_through` (or off `read_through`, a class), a value
+// with a source, as `name`, remembers where (Value::class_of): its closure is read through it.
 // Borrowed: fn.
-ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self);
+ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self,
+                              const ValuePtr& read_through = nullptr, const std::string& name = {});
 
 // The items a value yields when iterated, if the trace knows them one by one (tuples, lists,
 // an unrolled iterator's remaining items, constant tuples and ranges). Reading does not consume

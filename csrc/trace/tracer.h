@@ -277,6 +277,9 @@ class Tracer {
   ValuePtr cell_get(const ValuePtr& cell);
   void cell_set(const ValuePtr& cell, ValuePtr value);
   void copy_free_vars(int n);
+  // `fn` as a value with a source: itself, or (a function bound from a class, Value::class_of)
+  // read off that class; nullptr when it has none.
+  ValuePtr function_source(const ValuePtr& fn);
 
   // A call: the result, or nullptr when the callee was inlined (its frame pushed; the result
   // comes with its return).

@@ -141,6 +141,10 @@ struct Value {
   py::object remake;             // kObject made at trace time by a constructor the exit calls
                                  // again for a fresh one (nn.CrossEntropyLoss()): the
                                  // (class, args, kwargs) of _support.remake
+  ValuePtr class_of;             // kObject function read off the class of this value (or off
+                                 // this class), which has a source: the trace reads the
+                                 // function's closure through it (Tracer::function_source)
+  std::string class_attr;        // ... under this name
   ValuePtr mapping;              // kObject kNewObject of a dict subclass (ModelOutput): its
                                  // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value

@@ -218,3 +218,69 @@ def test_hook_added_later_is_noticed_by_the_guards():
     model.inner.register_forward_hook(lambda mod, args, out: seen.append(1))
     assert same(compiled(x), model(x))
     assert seen == [1, 1]
+
+
+class Registry:
+    """A mapping object kept in a decorator's closure (transformers' ExpertsInterface)."""
+
+    def __init__(self):
+        self._local = {"double": lambda x: x * 2, "neg": lambda x: -x}
+
+    def get(self, key, default):
+        return self._local.get(key, default)
+
+
+def dispatched(registry, key):
+    def wrap(cls):
+        plain = cls.forward
+
+        def forward(self, x):  # closure: registry (an object), key (a str), plain (a function)
+            found = registry.get(key, None)
+            return (plain(self, x) if found is None else found(x)) + 1
+
+        cls.forward = forward
+        cls.scaled = lambda self, x: registry.get("neg", None)(x) * 3
+        return cls
+    return wrap
+
+
+REGISTRY = Registry()
+
+
+@dispatched(REGISTRY, "double")
+class Dispatched(nn.Module):
+    def forward(self, x):
+        return x - 1
+
+
+class CallsDispatched(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Dispatched()
+
+    def forward(self, x):
+        return self.inner(x) + self.inner.scaled(x)
+
+
+def test_closure_of_a_method_set_by_a_decorator_is_read_through_its_class():
+    # The forward and method a decorator put on the class reach the trace without a source;
+    # the registry object in their closure is read through the class, so it is traced (one
+    # graph) and its state is guarded: a change to it compiles again, never a stale result.
+    model = CallsDispatched()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    x = torch.randn(4)
+    assert same(compiled(x), model(x))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(CallsDispatched.forward)] == ["return"]
+    assert same(compiled(x), model(x))
+    assert counter.frame_count == 1
+    REGISTRY._local["double"] = lambda x: x * 5
+    try:
+        assert same(compiled(x), model(x))
+        assert counter.frame_count == 2
+        del REGISTRY._local["double"]  # forward's own x - 1
+        assert same(compiled(x), model(x))
+        assert counter.frame_count == 3
+    finally:
+        REGISTRY._local["double"] = lambda x: x * 2
