@@ -407,6 +407,25 @@ ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kw
   return out;
 }
 
+ValuePtr Tracer::autograd_function_call(std::vector<ValuePtr> args, KwValues kwargs) {
+  // MyFunction.apply(*args): one node of the graph that calls it, so autograd records the
+  // function's own backward (a straight-through estimator's gradient is not its forward's).
+  // Its forward runs on the meta values for the output's metadata; the class's forward and
+  // backward are guarded as they are now.
+  const ValuePtr cls = args[0];
+  args.erase(args.begin());
+  const std::string name = py::str(cls->obj.attr("__qualname__")).cast<std::string>() + ".apply";
+  if (!any_tensor(args, kwargs)) FJ_UNSUPPORTED(kUnsupportedCall, "{} of no tensor", name);
+  if (cls->source >= 0) {
+    for (const char* method : {"forward", "backward", "setup_context", "vjp", "jvp"}) {
+      guard_class_attribute(cls, method, true, /*same_object=*/true);
+    }
+  }
+  py::object target = PyRefs::get().support.attr("AutogradFunctionApply").attr("of")(cls->obj);
+  return record_call(NodeKind::kCallFunction, target, "", std::move(args), std::move(kwargs), "",
+                     py::str(target.attr("__name__")).cast<std::string>());
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
   if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
@@ -594,6 +613,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (is_module(callable)) {
     inline_module_call(fn, std::move(args), std::move(kwargs));
     return nullptr;
+  }
+  if (callable.ptr() == refs.function_apply.ptr() && !args.empty() &&
+      PyType_Check(args[0]->obj.ptr()) && args[0]->kind == VKind::kObject &&
+      PyObject_IsSubclass(args[0]->obj.ptr(), refs.autograd_function.ptr()) == 1) {
+    return autograd_function_call(std::move(args), std::move(kwargs));
   }
   if (callable.ptr() == refs.signature.ptr() && args.size() == 1 && kwargs.empty()) {
     // inspect.signature(f) of a function the guards pin (by identity, its code too): a constant.

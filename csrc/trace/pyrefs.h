@@ -29,6 +29,8 @@ struct PyRefs {
   py::object signature;          // inspect.signature
   py::object environ;            // os.environ
   py::object mapping_get;        // collections.abc.Mapping.get
+  py::object autograd_function;  // torch.autograd.Function
+  py::object function_apply;     // torch.autograd.Function.apply's function (a classmethod's)
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag
 

@@ -284,6 +284,7 @@ class Tracer {
   // A call: the result, or nullptr when the callee was inlined (its frame pushed; the result
   // comes with its return).
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs);
+  ValuePtr autograd_function_call(std::vector<ValuePtr> args, KwValues kwargs);
   // Traces into a Python function / an nn.Module without hooks (type(module).forward).
   // A generator function's call (may_make_generator) pushes its generator, not started.
   void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,

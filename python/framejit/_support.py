@@ -11,6 +11,7 @@ import operator
 import types
 from collections import OrderedDict
 import warnings
+import weakref
 
 import torch
 
@@ -243,8 +244,36 @@ _NAMESPACES = (
 )
 
 
+class AutogradFunctionApply:
+    """``MyFunction.apply`` as the target of a graph node: called, it is that call, so autograd
+    records the function's own backward. (A bound ``apply`` itself cannot be a target: its
+    ``__module__`` is torch's, and FX prints such targets by a dotted path that does not exist.)
+    One per class, so graphs that call the same function share the target."""
+
+    _made = weakref.WeakKeyDictionary()
+
+    def __init__(self, function_class):
+        self.function_class = function_class
+        self.__name__ = f"{function_class.__name__}_apply"
+        self.__qualname__ = self.__name__
+        self.__module__ = "framejit"
+
+    def __call__(self, *args, **kwargs):
+        return self.function_class.apply(*args, **kwargs)
+
+    @classmethod
+    def of(cls, function_class):
+        made = cls._made.get(function_class)
+        if made is None:
+            made = cls._made[function_class] = cls(function_class)
+        return made
+
+
 def target_text(fn) -> str:
     """How a call target is printed in graphs: torch.add, torch.nn.functional.relu, operator.add."""
+    if isinstance(fn, AutogradFunctionApply):
+        klass = fn.function_class
+        return f"{klass.__module__}.{klass.__qualname__}.apply"
     name = getattr(fn, "__name__", None)
     if name is None:
         return repr(fn)
@@ -255,6 +284,9 @@ def target_text(fn) -> str:
     for prefix, namespace in _NAMESPACES:
         if getattr(namespace, name, None) is fn:
             return f"{prefix}.{name}"
+    owner = getattr(fn, "__self__", None)
+    if isinstance(owner, type):  # a class method bound to its class: MyFunction.apply
+        return f"{owner.__module__}.{owner.__qualname__}.{name}"
     module = getattr(fn, "__module__", None) or "?"
     return f"{module}.{getattr(fn, '__qualname__', name)}"
 

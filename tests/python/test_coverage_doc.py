@@ -72,6 +72,16 @@ def frozen(x):
     return x * 2
 
 
+class Clamped(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(-1, 1)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad  # straight through
+
+
 class Obj:
     sides = 4
 
@@ -166,6 +176,7 @@ example("sorted(ts, key=lambda t: t.shape[0])")(
 example("super().scale(x)")(lambda x: DERIVED.scale(x * 2) + 1)
 example("Point(x, 2.0)")(lambda x: Point(x * 2, 2.0).t + 1)
 example("frozen(x)")(lambda x: frozen(x * 2) + 1)
+example("Clamped.apply(x)")(lambda x: Clamped.apply(x * 2) + 1)
 example('partial(F.gelu, approximate="tanh")')(
     lambda x: functools.partial(F.gelu, approximate="tanh")(x * 2) + 1)
 example("return Out(x * 2, 3.0)")(lambda x: Out(x * 2, 3.0))

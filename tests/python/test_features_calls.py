@@ -532,3 +532,82 @@ def test_object_made_in_trace_escapes(fn):
     assert outs[0] is not outs[1]
     assert counter.frame_count == 1
     assert {r["exit"] for r in regions(fn)} == ONE
+
+
+# ---------------------------------------------------------------------------------------------
+# A custom torch.autograd.Function: one node calling apply, so its own backward runs
+# ---------------------------------------------------------------------------------------------
+
+class RoundSTE(torch.autograd.Function):
+    """A straight-through estimator: autograd of its forward (round) would give zero gradients."""
+
+    @staticmethod
+    def forward(ctx, x, scale):
+        ctx.save_for_backward(x)
+        ctx.scale = scale
+        return torch.round(x * scale) / scale
+
+    @staticmethod
+    def backward(ctx, grad):
+        (x,) = ctx.saved_tensors
+        return grad * (x.abs() < 1).to(grad.dtype) * ctx.scale / 4, None
+
+
+class SplitSigns(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.clamp(min=0), x.clamp(max=0)
+
+    @staticmethod
+    def backward(ctx, g_pos, g_neg):
+        return g_pos * 2 + g_neg * 3
+
+
+def uses_ste(x, w):
+    y = (x @ w).tanh()
+    return (RoundSTE.apply(y, 4.0).sum(dim=-1) * 2).sum()
+
+
+def uses_split(x, w):
+    pos, neg = SplitSigns.apply(x @ w)
+    return (pos - neg).sum()
+
+
+@pytest.mark.parametrize("backend", ["eager", "native", "aot_eager"])
+@pytest.mark.parametrize("fn", [uses_ste, uses_split])
+def test_autograd_function_is_one_node_and_runs_its_own_backward(fn, backend):
+    counter = CompileCounter() if backend == "eager" else CompileCounter(backend)
+    compiled = framejit.compile(fn, backend=counter)
+    for seed in (0, 1):
+        x = rand(3, 4, seed=seed)
+        w = rand(4, 5, seed=seed + 10).requires_grad_()
+        w_ref = w.detach().clone().requires_grad_()
+        out, ref = compiled(x, w), fn(x, w_ref)
+        out.backward()
+        ref.backward()
+        assert same(out.detach(), ref.detach())
+        assert torch.allclose(w.grad, w_ref.grad)
+        assert w.grad.abs().sum() > 0  # the function's backward, not round's zero gradient
+    assert counter.frame_count == 1
+    assert {r["exit"] for r in regions(fn)} == ONE
+    with torch.no_grad():  # no gradient needed: native runs it as a program
+        assert same(compiled(x, w), fn(x, w))
+
+
+def test_autograd_function_in_the_graph_text_and_its_methods_guarded():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_ste, backend=counter)
+    x, w = rand(3, 4), rand(4, 5).requires_grad_()
+    compiled(x, w)
+    assert "RoundSTE_apply(" in counter.graphs[0].code
+    original = RoundSTE.backward
+    try:
+        RoundSTE.backward = staticmethod(lambda ctx, grad: (grad * 7, None))
+        w1 = w.detach().clone().requires_grad_()
+        compiled(x, w1).backward()
+        assert counter.frame_count == 2  # a replaced backward compiles again
+        w2 = w.detach().clone().requires_grad_()
+        uses_ste(x, w2).backward()
+        assert torch.allclose(w1.grad, w2.grad)
+    finally:
+        RoundSTE.backward = original
