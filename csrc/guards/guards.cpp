@@ -263,11 +263,17 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return true;
     }
     case GuardKind::kDictKeys: {
-      if (!is_plain_dict(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
+      // (A dict subclass is guarded where its class leaves dict's iteration as it is.)
+      if (!PyDict_Check(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
         return false;
       }
-      if (PyODict_CheckExact(value)) {  // its own order: iterated, as the trace read it
-        Ref keys = Ref::steal(PySequence_Tuple(value));
+      if (PyODict_Check(value)) {  // its own order: iterated, as the trace read it
+        // (a subclass through OrderedDict.keys, past an __iter__ of its own)
+        Ref view = PyODict_CheckExact(value)
+                       ? Ref::borrow(value)
+                       : Ref::steal(PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyODict_Type),
+                                                        "keys", "O", value));
+        Ref keys = view ? Ref::steal(PySequence_Tuple(view.get())) : Ref();
         if (!keys) {
           PyErr_Clear();
           return false;

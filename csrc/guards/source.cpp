@@ -220,6 +220,14 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
         remember_lookup(s, base, value);
         return Py_NewRef(value);
       }
+      if (PyDict_Check(base)) {  // a subclass: its own items (what its builtin views show)
+        PyObject* value = PyDict_GetItemWithError(base, s.key.ptr());  // borrowed
+        if (value == nullptr) {
+          PyErr_Clear();
+          return nullptr;
+        }
+        return Py_NewRef(value);
+      }
       if ((PyTuple_CheckExact(base) || PyList_CheckExact(base)) && PyLong_CheckExact(s.key.ptr())) {
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(base);
         Py_ssize_t i = PyLong_AsSsize_t(s.key.ptr());

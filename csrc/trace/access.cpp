@@ -353,9 +353,7 @@ ValuePtr Tracer::finish_read(const ValuePtr& attribute) {
 
 bool Tracer::dict_by_source(const ValuePtr& dict,
                             std::vector<std::pair<py::object, ValuePtr>>& out) {
-  if (dict->kind != VKind::kObject || dict->source < 0 || !is_plain_dict(dict->obj.ptr())) {
-    return false;
-  }
+  if (!reads_as_dict(dict, "keys") || !reads_as_dict(dict, "__iter__")) return false;
   check_items_unchanged(dict);
   py::tuple keys(py::list(dict->obj));  // in insertion order
   for (py::handle key : keys) {

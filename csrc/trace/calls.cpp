@@ -236,14 +236,16 @@ bool iterates_rows(const std::string& name, const ValuePtr& arg, const std::vect
 }
 
 // Whether `method` called on `self` (an object read by source) reads its dict as a plain dict
-// does: a dict, or a dict subclass reached through dict's own method (super().get in a
-// registry class) whose item reads (by source) are dict's too.
+// does: a dict, or a dict subclass reached through dict's (or OrderedDict's) own method
+// (super().get in a registry class, super().__contains__ in ModelOutput). Its items are then
+// read as stored (a source's item of a dict subclass is its own storage's).
 bool raw_dict_read(const ValuePtr& method, const ValuePtr& self) {
   PyObject* obj = self->obj.ptr();
   if (PyDict_CheckExact(obj)) return true;
   if (!PyDict_Check(obj) || !method->is(ObjRole::kTypeMethod)) return false;
   py::str name(method->method);
-  return method->obj.ptr() == _PyType_Lookup(&PyDict_Type, name.ptr()) && reads_items_as_dict(obj);
+  return method->obj.ptr() == _PyType_Lookup(&PyDict_Type, name.ptr()) ||
+         (PyODict_Check(obj) && method->obj.ptr() == _PyType_Lookup(&PyODict_Type, name.ptr()));
 }
 
 // Builtins that iterate their arguments (and nothing else about them).
@@ -588,8 +590,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       check_items_unchanged(self);
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
       entry_.guard_dict_contains(self->source, key.ptr(), present);
-      if (present) return item(self, args[1]);
+      if (present) return stored_item(self, key);
       return args.size() == 3 ? args[2] : Value::constant(py::none());
+    }
+    if (self->kind == VKind::kObject && self->source >= 0 && raw_dict_read(fn, self) &&
+        (name == "__contains__" || name == "__getitem__") && kwargs.empty() && args.size() == 2 &&
+        args[1]->is_constant_tree()) {
+      // super().__contains__(key) / super().__getitem__(key) in a dict subclass's own method.
+      const py::object key = args[1]->as_python();
+      check_items_unchanged(self);
+      const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
+      entry_.guard_dict_contains(self->source, key.ptr(), present);
+      if (name == "__contains__") return Value::constant(py::bool_(present));
+      if (!present) raise_missing_key(self, key);
+      return stored_item(self, key);
     }
     FJ_UNSUPPORTED(kUnsupportedCall, "method {}.{}() is not traced yet", self->describe(), name);
   }
@@ -855,6 +869,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         arg = Value::list(std::move(items));
       } else if (arg->is(ObjRole::kDictView)) {
         arg = Value::list(dict_view_items(*arg));
+      } else if (callable_name(callable) != "dict" && callable_name(callable) != "len" &&
+                 reads_as_dict(arg, "__iter__")) {
+        arg = dict_view(arg, "keys");  // list(d), sorted(d), zip(d, ...): its keys, guarded
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kTensor && iterates_rows(callable_name(callable), arg, args)) {

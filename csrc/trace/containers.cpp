@@ -87,20 +87,47 @@ void Tracer::make_writable(const ValuePtr& container) {
   effects_.adopt(container);
 }
 
+bool Tracer::reads_as_dict(const ValuePtr& value, const char* name) {
+  if (value->kind != VKind::kObject || value->source < 0 || !value->is(ObjRole::kPlain) ||
+      value->bound_self) {
+    return false;
+  }
+  PyObject* obj = value->obj.ptr();
+  if (is_plain_dict(obj)) return true;
+  if (!PyDict_Check(obj)) return false;
+  py::str key(name);
+  PyTypeObject* base = PyODict_Check(obj) ? &PyODict_Type : &PyDict_Type;
+  PyObject* found = _PyType_Lookup(Py_TYPE(obj), key.ptr());  // Borrowed
+  if (found == nullptr || found != _PyType_Lookup(base, key.ptr())) return false;
+  guard_class_attribute(value, name, true, /*same_object=*/true);
+  return true;
+}
+
+ValuePtr Tracer::stored_item(const ValuePtr& dict, const py::object& key) {
+  ValuePtr value = entry_.load(entry_.sources().item(dict->source, key));
+  FJ_CHECK(value != nullptr, "item {} of {} unreadable", safe_repr(key), dict->describe());
+  return value;
+}
+
 ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
   std::vector<py::object> keys;
   std::vector<ValuePtr> values;
   if (self->kind == VKind::kDict) {
     keys = self->keys;
     values = self->items;
-  } else if (self->kind == VKind::kObject && self->source >= 0 && is_plain_dict(self->obj.ptr())) {
+  } else if (reads_as_dict(self, name.c_str())) {
     check_items_unchanged(self);
-    // The loop or list built from the view depends on every key and their order.
-    py::tuple guarded(py::list(self->obj));  // in its order (an OrderedDict's own)
+    // The loop or list built from the view depends on every key and their order: the view's
+    // own (an OrderedDict's), past any __iter__ of a subclass.
+    py::object base = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+        PyODict_Check(self->obj.ptr()) ? &PyODict_Type : &PyDict_Type));
+    py::tuple guarded(py::list(base.attr("keys")(self->obj)));
     entry_.guard_dict_keys(self->source, guarded.ptr());
     for (const py::handle key_obj : guarded) {
       keys.push_back(py::reinterpret_borrow<py::object>(key_obj));
-      if (name != "keys") values.push_back(item(self, Value::constant(keys.back())));
+      if (name == "keys") continue;
+      // (its own items, also where the class's __getitem__ answers otherwise: ModelOutput's)
+      values.push_back(stored_item(self, keys.back()));
     }
   } else if (self->kind == VKind::kObject && self->source >= 0 &&
              PyObject_IsInstance(self->obj.ptr(), PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 1) {
@@ -152,8 +179,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   }
   if (!kwargs.empty()) return nullptr;
   if ((name == "keys" || name == "values" || name == "items") && n == 0) {
-    const bool sourced_dict = self->kind == VKind::kObject && self->source >= 0 &&
-                              is_plain_dict(self->obj.ptr());
+    const bool sourced_dict = reads_as_dict(self, name.c_str());
     if (self->kind != VKind::kDict && !sourced_dict) return dict_view(self, name);  // ModuleDict
     // A view object, as in Python: used later it shows the dict as it is then. `obj` is an
     // empty view of the same type, for type() and `is`; nothing else reads it.
@@ -161,7 +187,11 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     view->role = ObjRole::kDictView;
     view->method = name;
     view->over = self;
-    if (sourced_dict) view->items = {dict_view(self, name)};
+    if (sourced_dict) {
+      ValuePtr now = dict_view(self, name);
+      FJ_CHECK(now != nullptr, "{}() of {} unreadable", name, self->describe());
+      view->items = {std::move(now)};
+    }
     return view;
   }
   if (self->is_sequence() && (name == "index" || name == "count") && n == 1 &&

@@ -397,8 +397,7 @@ void op_contains(Tracer& t, const Instr& i) {
     for (const auto& k : container->keys) found = found || k.equal(key);
   } else if (container->is_constant_tree()) {
     found = PySequence_Contains(container->as_python().ptr(), key.ptr()) == 1;
-  } else if (container->kind == VKind::kObject && container->source >= 0 &&
-             is_plain_dict(container->obj.ptr())) {
+  } else if (t.reads_as_dict(container, "__contains__")) {
     t.check_items_unchanged(container);
     found = PyDict_Contains(container->obj.ptr(), key.ptr()) == 1;
     t.entry().guard_dict_contains(container->source, key.ptr(), found);

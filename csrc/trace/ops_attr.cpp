@@ -15,7 +15,9 @@ void push_method(Tracer& t, const std::string& name) {
   const bool bound_to_self = self->kind == VKind::kTensor || self->kind == VKind::kConst ||
                              self->kind == VKind::kList || self->kind == VKind::kTuple ||
                              self->kind == VKind::kDict ||
-                             (self->kind == VKind::kObject && is_plain_dict(self->obj.ptr()));
+                             (self->kind == VKind::kObject &&
+                              (is_plain_dict(self->obj.ptr()) ||
+                               (PyDict_Check(self->obj.ptr()) && t.reads_as_dict(self, name.c_str()))));
   if (bound_to_self) {
     // CPython pushes the function found on the type, then self; keep the same object so the
     // runtime can make the call, or CPython resume, with the stack it expects.
@@ -137,7 +139,7 @@ void op_binary_subscr(Tracer& t, const Instr&) {
   // containers (ModuleList[i], Sequential[1:]) are read by source instead (Tracer::item).
   static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
   PyObject* obj = base->obj.ptr();
-  if (base->is(ObjRole::kPlain) && !PyDict_Check(obj) && !PyList_Check(obj) &&
+  if (base->is(ObjRole::kPlain) && !is_plain_dict(obj) && !PyList_Check(obj) &&
       !PyTuple_Check(obj) && !is_nn_module(obj) && t.inline_special_method(base, kGetitem, {key})) {
     return;
   }

@@ -195,8 +195,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     seq->over->iterated = true;  // a change of its size ends the region first (make_writable)
     return it;
   }
-  if (seq->is(ObjRole::kPlain) && !seq->bound_self && seq->source >= 0 &&
-      is_plain_dict(seq->obj.ptr())) {
+  if (reads_as_dict(seq, "__iter__")) {
     // `for k in d` of a dict read by source: as `for k in d.keys()`.
     ValuePtr it = Value::iter(dict_view(seq, "keys")->items);
     it->over = seq;

@@ -227,6 +227,13 @@ class Tracer {
   // the class fails it).
   void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
                              bool same_object = false);
+  // Whether `value`, read by source, answers `name` (keys, items, __iter__, __contains__, ...) as
+  // a plain dict does: a dict or OrderedDict, or an instance of a subclass (ModelOutput, a user
+  // OrderedDict) whose class leaves that builtin method as it is, which is then guarded.
+  bool reads_as_dict(const ValuePtr& value, const char* name);
+  // dict[key] of a dict (subclass) read by source, as stored (past a class's own __getitem__);
+  // the key is known present.
+  ValuePtr stored_item(const ValuePtr& dict, const py::object& key);
   // The entries of a dict that existed before the region (read by source), keys guarded.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
   // os.environ[key] / .get(key, fallback) / `key in os.environ` (contains), os.environ read by

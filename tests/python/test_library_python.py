@@ -406,6 +406,58 @@ def test_a_dict_subclass_made_in_the_trace_and_returned_is_rebuilt_as_eager_make
     assert counter.frame_count == 1 and compiled(x) is not out  # a fresh object per call
 
 
+def reads_an_output_passed_in(out):
+    # What a loss function or a training loop does with a model's output made outside.
+    total = out[0] * 2 + out["logits"].sum() + out.to_tuple()[0].sum()
+    scaled = {k: v * 2 for k, v in out.items() if isinstance(v, torch.Tensor)}
+    return total, scaled, list(out), [k for k in out.keys()], "loss" in out, len(out)
+
+
+class Ordered(collections.OrderedDict):
+    """A user OrderedDict subclass that changes nothing about reading it."""
+
+
+def reads_an_ordered_dict(d):
+    it = iter(d)
+    first = next(it)
+    return [v * 2 for v in d.values()], sorted(d), d[first] + d[next(it)], "b" in d
+
+
+def test_a_dict_subclass_passed_in_is_read_through_its_own_items_and_guarded():
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_an_output_passed_in, backend=counter)
+    out = LMOutput(logits=torch.randn(3), loss=torch.randn(()))
+    assert same(compiled(out), reads_an_output_passed_in(out))
+    assert same(compiled(out), reads_an_output_passed_in(out))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(reads_an_output_passed_in)] == ["return"]
+    out.hidden_states = (torch.randn(2),)  # a new key: not the traced one
+    assert same(compiled(out), reads_an_output_passed_in(out))
+    assert counter.frame_count == 2
+    out = LMOutput(logits=torch.randn(3))  # no loss: its own graph
+    assert same(compiled(out), reads_an_output_passed_in(out))
+    assert counter.frame_count == 3
+
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_an_ordered_dict, backend=counter)
+    d = Ordered(a=torch.randn(2), b=torch.randn(2))
+    assert same(compiled(d), reads_an_ordered_dict(d))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(reads_an_ordered_dict)] == ["return"]
+    d.move_to_end("a")  # the same keys in another order: compiled again, never stale
+    assert same(compiled(d), reads_an_ordered_dict(d))
+    assert counter.frame_count == 2
+    d["b"] = torch.ones(2)  # a value replaced: the same graph reads the new one
+    assert same(compiled(d), reads_an_ordered_dict(d))
+    assert counter.frame_count == 2
+    Ordered.__iter__ = lambda self: iter(sorted(super(Ordered, self).__iter__(), reverse=True))
+    try:  # the class's iteration changed: compiled again (its __iter__ traced, in regions)
+        assert same(compiled(d), reads_an_ordered_dict(d))
+        assert counter.frame_count > 2
+    finally:
+        del Ordered.__iter__
+
+
 class Registry(dict):
     """A registry that is a dict subclass (transformers' attention / output-capture ones)."""
 
