@@ -94,7 +94,8 @@ PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
       break;
     }
     case Kind::kDict: {
-      out = PyDict_New();  // New
+      // (a defaultdict: made empty by `value`, then filled as a dict)
+      out = value && !value.is_none() ? PyObject_CallNoArgs(value.ptr()) : PyDict_New();  // New
       if (out == nullptr) return nullptr;
       for (size_t i = 0; i < items.size(); ++i) {
         PyObject* item = items[i].build(outputs, slots, memo_objects);

@@ -649,7 +649,16 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
     case VKind::kDict: {
       const long at = base->find_key(k);
       if (at >= 0) return base->items[at];
-      FJ_UNSUPPORTED(kUnsupportedValue, "key {} is missing", safe_repr(k));
+      if (base->factory) {
+        if (ValuePtr made = defaultdict_factory_made(base->factory)) {  // __missing__: stored
+          base->set_key(k, made);
+          return made;
+        }
+      }
+      // KeyError, as CPython raises it: a try block in the trace may catch it.
+      ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());
+      FJ_CHECK(exc != nullptr, "KeyError not constructible");
+      throw TracedRaise{std::move(exc)};
     }
     case VKind::kConst: {
       try {

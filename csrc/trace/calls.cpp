@@ -184,11 +184,24 @@ py::object type_of(const ValuePtr& value) {
     case VKind::kList:
       return borrow(&PyList_Type);
     case VKind::kDict:
-      return borrow(&PyDict_Type);
+      return value->pytype ? value->pytype : borrow(&PyDict_Type);
     case VKind::kNull:
       break;
   }
   throw InternalError("type of NULL");
+}
+
+ValuePtr defaultdict_factory_made(py::handle factory) {
+  PyObject* f = factory.ptr();
+  if (f == Py_None) return nullptr;  // no factory: a missing key raises, as for a dict
+  if (f == reinterpret_cast<PyObject*>(&PyList_Type)) return Value::list({});
+  if (f == reinterpret_cast<PyObject*>(&PyDict_Type)) return Value::dict({}, {});
+  if (f == reinterpret_cast<PyObject*>(&PyTuple_Type)) return Value::tuple({});
+  if (f == reinterpret_cast<PyObject*>(&PyLong_Type)) return Value::constant(py::int_(0));
+  if (f == reinterpret_cast<PyObject*>(&PyFloat_Type)) return Value::constant(py::float_(0.0));
+  if (f == reinterpret_cast<PyObject*>(&PyBool_Type)) return Value::constant(py::bool_(false));
+  if (f == reinterpret_cast<PyObject*>(&PyUnicode_Type)) return Value::constant(py::str(""));
+  return nullptr;
 }
 
 bool is_module(py::handle obj) {
@@ -881,6 +894,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == CallableKind::kBuiltin && callable.ptr() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
     return dict_call(args, kwargs);
+  }
+  if (callable.ptr() == refs.defaultdict_type.ptr()) {
+    // defaultdict(list), defaultdict(int, pairs): a dict of the trace that makes its missing
+    // keys' values (Tracer::item), rebuilt as a defaultdict where it leaves the region.
+    const ValuePtr factory = args.empty() ? Value::constant(py::none()) : args[0];
+    if ((factory->kind != VKind::kObject && factory->kind != VKind::kConst) ||
+        (!factory->obj.is_none() && !defaultdict_factory_made(factory->obj))) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "defaultdict() with the factory {}", factory->describe());
+    }
+    ValuePtr out = dict_call(args.empty() ? args : std::vector<ValuePtr>(args.begin() + 1, args.end()), kwargs);
+    out->pytype = callable;
+    out->factory = factory->obj;
+    return out;
   }
   if (kind == CallableKind::kBuiltin && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.

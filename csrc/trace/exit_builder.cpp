@@ -232,6 +232,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
                : value->kind == VKind::kList ? Rebuild::Kind::kList
                                              : Rebuild::Kind::kDict;
       r.value = value->pytype;
+      if (value->kind == VKind::kDict && value->factory) {  // the empty defaultdict's maker
+        r.value = py::module_::import("functools").attr("partial")(value->pytype, value->factory);
+      }
       r.keys = value->keys;
       for (const auto& item : value->items) r.items.push_back(rebuild_of(item));
       // Mutable: one object however often it is referenced.

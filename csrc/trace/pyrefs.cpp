@@ -49,6 +49,7 @@ void PyRefs::init(py::object support_module) {
   r.environ = py::module_::import("os").attr("environ");
   r.mapping_get = py::module_::import("collections.abc").attr("Mapping").attr("get");
   r.autograd_function = r.torch.attr("autograd").attr("Function");
+  r.defaultdict_type = py::module_::import("collections").attr("defaultdict");
   r.function_apply = r.autograd_function.attr("apply").attr("__func__");
   r.nn_module_module = py::module_::import("torch.nn.modules.module");
   r.version_probe = py::reinterpret_steal<py::object>(

@@ -30,6 +30,7 @@ struct PyRefs {
   py::object environ;            // os.environ
   py::object mapping_get;        // collections.abc.Mapping.get
   py::object autograd_function;  // torch.autograd.Function
+  py::object defaultdict_type;   // collections.defaultdict
   py::object function_apply;     // torch.autograd.Function.apply's function (a classmethod's)
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag

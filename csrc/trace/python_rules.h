@@ -24,6 +24,11 @@ ValuePtr class_data(py::object value);
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 
+// What a defaultdict's factory makes for a missing key, as a fresh value of the trace (list,
+// dict, tuple, int, float, bool, str); nullptr for None and for factories the trace cannot call
+// here.
+ValuePtr defaultdict_factory_made(py::handle factory);
+
 // A function-like class attribute resolved for `self` by framejit._support (is_function_like),
 // bound as Python binds it: methods and property getters to self, classmethods to self's class.
 // A plain function read off the class of `read_through` (or off `read_through`, a class), a value

@@ -168,9 +168,9 @@ py::object Value::as_python() const {
       return std::move(out);
     }
     case VKind::kDict: {
-      py::dict out;
+      py::object out = pytype ? pytype(factory) : py::dict();  // a defaultdict's own class
       for (size_t i = 0; i < items.size(); ++i) out[keys[i]] = items[i]->as_python();
-      return std::move(out);
+      return out;
     }
     default:
       throw InternalError(std::string("as_python on ") + vkind_name(kind));

@@ -111,7 +111,9 @@ struct Value {
   std::vector<ValuePtr> items;   // kTuple, kList, kDict (values)
   std::vector<py::object> keys;  // kDict; kIter kItems over a dict read by source: its keys
                                  // when the loop began
-  py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type
+  py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
+                                 // kDict made by collections.defaultdict: defaultdict
+  py::object factory;            // kDict made by collections.defaultdict: its default_factory
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
   std::string method;            // kObject kTypeMethod: the method's name
   py::object globals;            // kObject kMadeFunction: the function's globals dict

@@ -717,6 +717,12 @@ def ex_defaultdict_made(x):
     return groups[0][0]
 
 
+@example("collections.Counter(names)")
+def ex_counter_made(x):
+    counts = collections.Counter(["a", "b", "a"])
+    return x * counts["a"]
+
+
 @example("with contextlib.suppress(KeyError):")
 def ex_untraced_manager(x):
     with contextlib.suppress(KeyError):

@@ -918,3 +918,35 @@ def test_init_helpers_and_the_autocast_dtype_are_answered_in_the_trace():
         torch.set_autocast_dtype("cpu", before)
     assert counter.frame_count == 2
     assert [r["exit"] for r in regions(autocast_dtype_named)] == ["return", "return"]
+
+
+def groups_by_parity(x):
+    groups = collections.defaultdict(list)
+    counts = collections.defaultdict(int)
+    seen = collections.defaultdict()  # no factory: a missing key raises, as for a dict
+    for i, t in enumerate([x, x * 2, x * 3]):
+        groups[i % 2].append(t)
+        counts[i % 2] += 1
+    try:
+        seen["missing"]
+    except KeyError:
+        seen["caught"] = True
+    mean = sum(sum(v) / counts[k] for k, v in groups.items())
+    return mean, groups, counts, seen, isinstance(groups, collections.defaultdict), type(counts)
+
+
+def test_a_defaultdict_made_in_the_trace_is_one_graph_and_leaves_as_a_defaultdict():
+    counter = CompileCounter()
+    compiled = framejit.compile(groups_by_parity, backend=counter)
+    x = torch.randn(3)
+    out, expected = compiled(x), groups_by_parity(x)
+    assert same(out[0], expected[0]) and out[4:] == expected[4:]
+    for made, eager in zip(out[1:4], expected[1:4]):
+        assert type(made) is collections.defaultdict
+        assert made.default_factory is eager.default_factory
+        assert same(dict(made), dict(eager))
+    out[1]["new"].append(1)  # still a defaultdict of lists after the exit
+    assert out[1]["new"] == [1]
+    assert compiled(x)[1] is not out[1]  # a fresh one per call
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(groups_by_parity)] == ["return"]
