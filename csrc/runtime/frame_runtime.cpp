@@ -937,6 +937,21 @@ PyObject* run_frame(FrameRun& run) {
     Region* region = find_region(run, fs, slots, tried);
     if (region == nullptr) {
       if (tried >= ctx.recompile_limit) {
+        bool graphless = true;  // nothing of this code went to a backend, in any version
+        for (const auto& r : state.regions) graphless = graphless && r->graph_id < 0;
+        if (graphless) {
+          // A helper that makes no graph (a config's __getattribute__ called from plain Python
+          // with a new name each time, keyed on it): plain Python from now on, which loses
+          // nothing (as torch.compile skips a frame with no tensor work). No warning.
+          if (log_enabled(Artifact::recompiles)) {
+            log_emit(Artifact::recompiles,
+                     fmt::format("{} made no graph in its {} compiled versions: it runs in plain "
+                                 "Python from now on",
+                                 code_location(run.code, run.code->co_firstlineno), tried));
+          }
+          state.decision = CodeState::Decision::kSkip;
+          return resume(run, run.pc, false);
+        }
         if (!state.limit_warned) {
           state.limit_warned = true;
           warn(fmt::format("framejit: {} hit recompile_limit ({}) at pc {}; from there it runs in "

@@ -312,6 +312,34 @@ def test_recompile_limit_then_plain_python_with_one_warning():
     assert counter.frame_count == 2
 
 
+class Settings:
+    def __init__(self):
+        self.scale, self.shift, self.depth = 2.0, 1.0, 3
+
+    def __getattribute__(self, name):  # a config's remapping hook, keyed on the name
+        return object.__getattribute__(self, {"alias": "scale"}.get(name, name))
+
+
+def reads_settings(settings, names):
+    return [getattr(settings, name) for name in names]  # calls the hook from here
+
+
+def test_a_helper_that_makes_no_graph_goes_to_plain_python_at_the_limit_without_a_warning(caplog):
+    # Settings.__getattribute__ is entered with a new name each call, keyed on it: after
+    # recompile_limit versions with no graph among them it runs as plain Python, silently.
+    framejit.set_logs("recompiles", handler=False)
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_settings, backend=counter, options={"recompile_limit": 2})
+    settings = Settings()
+    names = ["scale", "shift", "depth", "alias", "scale"]
+    with caplog.at_level(logging.INFO, logger="framejit"):
+        for _ in range(2):  # (filterwarnings=error: a warning fails the test)
+            assert compiled(settings, names) == reads_settings(settings, names)
+    assert counter.frame_count == 0
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "framejit.recompiles")
+    assert "Settings.__getattribute__" in text and "made no graph" in text
+
+
 def test_sizes_not_read_into_python_are_not_guarded(caplog):
     framejit.set_logs("guards", "recompiles", handler=False)
     counter = CompileCounter()
