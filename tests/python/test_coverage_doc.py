@@ -338,6 +338,50 @@ class _LMOut(_Output):
 example("Out(logits=x)[\"logits\"]")(lambda x: _LMOut(logits=x * 2)["logits"] + 1)
 
 
+class _IndexedOutput(_LMOut):
+    def __getitem__(self, k):  # ModelOutput's: by name through items(), by index through values
+        return dict(self.items())[k] if isinstance(k, str) else tuple(self.values())[k]
+
+
+example('out["logits"] + out[0]', lambda: (_IndexedOutput(logits=torch.randn(4, 4)),))(
+    lambda out: out["logits"] + out[0] + sum(v.sum() for v in out.values()))
+
+
+def _with_registry(registry):
+    def wrap(cls):
+        def forward(self, x):  # the registry: a closure cell of a method set on the class
+            return registry.get("scale", 1.0) * x
+        cls.forward = forward
+        return cls
+    return wrap
+
+
+class _Table:
+    def __init__(self, **entries):
+        self._entries = entries
+
+    def get(self, key, default):
+        return self._entries.get(key, default)
+
+
+@_with_registry(_Table(scale=3.0))
+class _Experts(nn.Module):
+    pass
+
+
+class _MoE(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.experts = _Experts()
+
+    def forward(self, x):
+        return self.experts(x) + 1
+
+
+MOE = _MoE()
+example("self.experts(x)")(lambda x: MOE(x * 2))
+
+
 class _DictRegistry(dict):
     def get(self, key, default=None):
         return super().get(key) or default
