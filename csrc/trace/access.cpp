@@ -353,7 +353,13 @@ ValuePtr Tracer::finish_read(const ValuePtr& attribute) {
 
 bool Tracer::dict_by_source(const ValuePtr& dict,
                             std::vector<std::pair<py::object, ValuePtr>>& out) {
+  // (dict(d), d.update(e), {**d}: storage when the class's __iter__ is dict's; an
+  // OrderedDict subclass is read through keys() and its __getitem__)
   if (!reads_as_dict(dict, "keys") || !reads_as_dict(dict, "__iter__")) return false;
+  if (PyODict_Check(dict->obj.ptr()) && !PyODict_CheckExact(dict->obj.ptr()) &&
+      !reads_as_dict(dict, "__getitem__")) {
+    return false;
+  }
   check_items_unchanged(dict);
   py::tuple keys(py::list(dict->obj));  // in insertion order
   for (py::handle key : keys) {

@@ -884,7 +884,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         arg = Value::list(dict_view_items(*arg));
       } else if (callable_name(callable) != "dict" && callable_name(callable) != "len" &&
                  reads_as_dict(arg, "__iter__")) {
-        arg = dict_view(arg, "keys");  // list(d), sorted(d), zip(d, ...): its keys, guarded
+        arg = stored_view(arg, "keys");  // list(d), sorted(d), zip(d, ...): its keys, guarded
       } else if (arg->kind == VKind::kObject && arg->source >= 0 && module_children(arg, items)) {
         arg = Value::list(std::move(items));
       } else if (arg->kind == VKind::kTensor && iterates_rows(callable_name(callable), arg, args)) {
@@ -964,7 +964,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
         return Value::constant(py::int_(v->items.size()));
       }
-      if (v->kind == VKind::kObject && v->source >= 0 && PyDict_Check(v->obj.ptr())) {
+      if (reads_as_dict(v, "__len__")) {  // (a dict subclass's own __len__ is traced below)
         check_items_unchanged(v);
         const Py_ssize_t n = PyDict_Size(v->obj.ptr());
         entry_.guard_len(v->source, n);

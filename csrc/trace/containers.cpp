@@ -87,6 +87,26 @@ void Tracer::make_writable(const ValuePtr& container) {
   effects_.adopt(container);
 }
 
+namespace {
+
+// keys() / values() / items() of these entries, as a list value.
+ValuePtr view_list(const std::string& name, const std::vector<py::object>& keys,
+                   const std::vector<ValuePtr>& values) {
+  std::vector<ValuePtr> out;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (name == "keys") {
+      out.push_back(Value::constant(keys[i]));
+    } else if (name == "values") {
+      out.push_back(values[i]);
+    } else {
+      out.push_back(Value::tuple({Value::constant(keys[i]), values[i]}));
+    }
+  }
+  return Value::list(std::move(out));
+}
+
+}  // namespace
+
 bool Tracer::reads_as_dict(const ValuePtr& value, const char* name) {
   if (value->kind != VKind::kObject || value->source < 0 || !value->is(ObjRole::kPlain) ||
       value->bound_self) {
@@ -109,6 +129,24 @@ ValuePtr Tracer::stored_item(const ValuePtr& dict, const py::object& key) {
   return value;
 }
 
+ValuePtr Tracer::stored_view(const ValuePtr& self, const std::string& name) {
+  check_items_unchanged(self);
+  // The loop or list built from the view depends on every key and their order: the view's
+  // own (an OrderedDict's), past any __iter__ or keys() of a subclass.
+  py::object base = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
+      PyODict_Check(self->obj.ptr()) ? &PyODict_Type : &PyDict_Type));
+  py::tuple guarded(py::list(base.attr("keys")(self->obj)));
+  entry_.guard_dict_keys(self->source, guarded.ptr());
+  std::vector<py::object> keys;
+  std::vector<ValuePtr> values;
+  for (const py::handle key_obj : guarded) {
+    keys.push_back(py::reinterpret_borrow<py::object>(key_obj));
+    // (its own items, also where the class's __getitem__ answers otherwise: ModelOutput's)
+    if (name != "keys") values.push_back(stored_item(self, keys.back()));
+  }
+  return view_list(name, keys, values);
+}
+
 ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
   std::vector<py::object> keys;
   std::vector<ValuePtr> values;
@@ -116,19 +154,7 @@ ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
     keys = self->keys;
     values = self->items;
   } else if (reads_as_dict(self, name.c_str())) {
-    check_items_unchanged(self);
-    // The loop or list built from the view depends on every key and their order: the view's
-    // own (an OrderedDict's), past any __iter__ of a subclass.
-    py::object base = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(
-        PyODict_Check(self->obj.ptr()) ? &PyODict_Type : &PyDict_Type));
-    py::tuple guarded(py::list(base.attr("keys")(self->obj)));
-    entry_.guard_dict_keys(self->source, guarded.ptr());
-    for (const py::handle key_obj : guarded) {
-      keys.push_back(py::reinterpret_borrow<py::object>(key_obj));
-      if (name == "keys") continue;
-      // (its own items, also where the class's __getitem__ answers otherwise: ModelOutput's)
-      values.push_back(stored_item(self, keys.back()));
-    }
+    return stored_view(self, name);
   } else if (self->kind == VKind::kObject && self->source >= 0 &&
              PyObject_IsInstance(self->obj.ptr(), PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 1) {
     std::vector<ValuePtr> names;
@@ -140,17 +166,7 @@ ValuePtr Tracer::dict_view(const ValuePtr& self, const std::string& name) {
   } else {
     return nullptr;
   }
-  std::vector<ValuePtr> out;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    if (name == "keys") {
-      out.push_back(Value::constant(keys[i]));
-    } else if (name == "values") {
-      out.push_back(values[i]);
-    } else {
-      out.push_back(Value::tuple({Value::constant(keys[i]), values[i]}));
-    }
-  }
-  return Value::list(std::move(out));
+  return view_list(name, keys, values);
 }
 
 ValuePtr Tracer::container_method(const std::string& name, const std::vector<ValuePtr>& args,
@@ -257,6 +273,8 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     }
     if (name == "copy" && n == 0) {
       ValuePtr out = Value::dict(self->keys, self->items);
+      out->pytype = self->pytype;  // a defaultdict's copy is one, with its factory
+      out->factory = self->factory;
       return out;
     }
   }

@@ -197,7 +197,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
   }
   if (reads_as_dict(seq, "__iter__")) {
     // `for k in d` of a dict read by source: as `for k in d.keys()`.
-    ValuePtr it = Value::iter(dict_view(seq, "keys")->items);
+    ValuePtr it = Value::iter(stored_view(seq, "keys")->items);
     it->over = seq;
     it->view = 'k';
     for (py::handle key : py::list(seq->obj)) it->keys.push_back(py::reinterpret_borrow<py::object>(key));

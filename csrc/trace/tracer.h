@@ -234,6 +234,10 @@ class Tracer {
   // dict[key] of a dict (subclass) read by source, as stored (past a class's own __getitem__);
   // the key is known present.
   ValuePtr stored_item(const ValuePtr& dict, const py::object& key);
+  // keys() / values() / items() of a dict (subclass) read by source, from its storage in its
+  // own order, the keys guarded: for callers that checked the method they stand for
+  // (reads_as_dict: `for k in d` checks __iter__, d.items() checks items).
+  ValuePtr stored_view(const ValuePtr& self, const std::string& name);
   // The entries of a dict that existed before the region (read by source), keys guarded.
   bool dict_by_source(const ValuePtr& dict, std::vector<std::pair<py::object, ValuePtr>>& out);
   // os.environ[key] / .get(key, fallback) / `key in os.environ` (contains), os.environ read by

@@ -950,3 +950,35 @@ def test_a_defaultdict_made_in_the_trace_is_one_graph_and_leaves_as_a_defaultdic
     assert compiled(x)[1] is not out[1]  # a fresh one per call
     assert counter.frame_count == 1
     assert [r["exit"] for r in regions(groups_by_parity)] == ["return"]
+
+
+class KeysHidden(dict):
+    """Overrides keys() and __len__ but not __iter__: `for k in d` is still dict's iteration."""
+
+    def keys(self):
+        return ["hidden"]
+
+    def __len__(self):
+        return 99
+
+
+def iterates_and_measures(d):
+    return [d[k] * 2 for k in d], list(d.keys()), len(d)
+
+
+def copies_a_defaultdict(x):
+    groups = collections.defaultdict(list)
+    groups["a"].append(x)
+    again = groups.copy()
+    again["b"].append(x * 2)  # the copy is a defaultdict too
+    return again["a"][0] + again["b"][0], type(again)
+
+
+def test_a_dict_subclass_overriding_some_methods_is_read_by_the_ones_it_keeps():
+    d = KeysHidden(a=torch.randn(2), b=torch.randn(2))
+    counter = run_both(iterates_and_measures, d)
+    assert counter.frame_count == 1
+    assert framejit.compile(iterates_and_measures)(d)[1:] == (["hidden"], 99)
+    counter = run_both(copies_a_defaultdict, torch.randn(2))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(copies_a_defaultdict)] == ["return"]
