@@ -94,8 +94,7 @@ PyObject* Rebuild::build(PyObject* outputs, const SlotValues& slots,
       break;
     }
     case Kind::kDict: {
-      // (a defaultdict: made empty by `value`, then filled as a dict)
-      out = value && !value.is_none() ? PyObject_CallNoArgs(value.ptr()) : PyDict_New();  // New
+      out = PyDict_New();
       if (out == nullptr) return nullptr;
       for (size_t i = 0; i < items.size(); ++i) {
         PyObject* item = items[i].build(outputs, slots, memo_objects);

@@ -18,7 +18,7 @@ struct Rebuild {
     kConst,   // `value`
     kTuple,   // `items`, made into `value` (tuple, namedtuple, structseq type)
     kList,
-    kDict,    // `keys` -> `items`, into value() where given (a defaultdict made empty)
+    kDict,    // `keys` -> `items`
     kCall,    // value(*items): Python arithmetic on numbers, iter(...) of a materialised iterator
     kNull,    // a NULL stack entry (CPython's marker before a callable)
   };

@@ -608,6 +608,46 @@ ValuePtr Tracer::item_by_object(const ValuePtr& base, const ValuePtr& key) {
   return value;
 }
 
+bool Tracer::missing_key(const ValuePtr& base, const ValuePtr& key_in) {
+  const bool made_mapping = base->is(ObjRole::kNewObject) && base->mapping;
+  const bool sourced = base->kind == VKind::kObject && base->is(ObjRole::kPlain) && base->source >= 0 &&
+                       !base->bound_self && PyDict_Check(base->obj.ptr());
+  if (!made_mapping && !sourced && (base->kind != VKind::kDict || !base->factory)) return false;
+  const ValuePtr key = sizes_.concretize(key_in);
+  if (!key->is_constant_tree()) return false;
+  const py::object k = key->as_python();
+  if (PyObject_Hash(k.ptr()) == -1) {
+    PyErr_Clear();
+    return false;  // unhashable: TypeError, as item() reports it
+  }
+  static PyObject* const kMissing = PyUnicode_InternFromString("__missing__");
+  if (made_mapping) {  // an instance the trace made (a Counter): its class's __missing__
+    return base->mapping->find_key(k) < 0 && inline_special_method(base, kMissing, {key});
+  }
+  if (sourced) {
+    const int contains = PyDict_Contains(base->obj.ptr(), k.ptr());
+    if (contains < 0) throw py::error_already_set();
+    if (contains == 1) return false;  // read by source
+    if (!py::type::handle_of(base->obj).is(PyRefs::get().defaultdict_type)) {
+      if (!reads_items_as_dict(base->obj.ptr())) return false;
+      PyObject* hook = _PyType_Lookup(Py_TYPE(base->obj.ptr()), kMissing);  // Borrowed
+      if (hook == nullptr || !PyFunction_Check(hook)) return false;
+      entry_.guard_dict_contains(base->source, k.ptr(), false);
+      return inline_special_method(base, kMissing, {key});
+    }
+    make_writable(base);  // its keys guarded; its contents and factory now the trace's
+  }
+  if (base->find_key(k) >= 0 || base->factory->obj.is_none() || defaultdict_factory_made(base->factory->obj)) {
+    return false;  // present, or item() answers it
+  }
+  // defaultdict's __missing__: `value = factory(); d[key] = value`, traced.
+  static PyObject* const kForm =
+      py::object(PyRefs::get().support.attr("defaultdict_missing")).release().ptr();
+  inline_call(Value::object(py::reinterpret_borrow<py::object>(kForm)), kForm,
+              {base, base->factory, key}, {});
+  return true;
+}
+
 ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   if (base->kind == VKind::kTensor) {
     // A slice with a size expression for a bound stays a graph value (`x[:, 0:T]` takes any
@@ -655,11 +695,14 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
     case VKind::kDict: {
       const long at = base->find_key(k);
       if (at >= 0) return base->items[at];
-      if (base->factory) {
-        if (ValuePtr made = defaultdict_factory_made(base->factory)) {  // __missing__: stored
+      if (base->factory && !base->factory->obj.is_none()) {
+        if (ValuePtr made = defaultdict_factory_made(base->factory->obj)) {  // __missing__: stored
           base->set_key(k, made);
           return made;
         }
+        // Another factory is called by the trace, from a subscript (missing_key).
+        FJ_UNSUPPORTED(kUnsupportedValue, "a missing key of a defaultdict whose factory {} is called here",
+                       base->factory->describe());
       }
       // KeyError, as CPython raises it: a try block in the trace may catch it.
       ValuePtr exc = simple_exception(py::handle(PyExc_KeyError), py::make_tuple(k), py::dict());

@@ -896,16 +896,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     return dict_call(args, kwargs);
   }
   if (callable.ptr() == refs.defaultdict_type.ptr()) {
-    // defaultdict(list), defaultdict(int, pairs): a dict of the trace that makes its missing
-    // keys' values (Tracer::item), rebuilt as a defaultdict where it leaves the region.
+    // defaultdict(list), defaultdict(int, pairs), defaultdict(lambda: 0): a dict of the trace
+    // that makes its missing keys' values (builtin factories in Tracer::item, others by a
+    // traced call: Tracer::missing_key), rebuilt as a defaultdict where it leaves the
+    // region.
     const ValuePtr factory = args.empty() ? Value::constant(py::none()) : args[0];
-    if ((factory->kind != VKind::kObject && factory->kind != VKind::kConst) ||
-        (!factory->obj.is_none() && !defaultdict_factory_made(factory->obj))) {
+    const bool callable_value =
+        factory->kind == VKind::kObject ||
+        (factory->kind == VKind::kConst && (factory->obj.is_none() || PyCallable_Check(factory->obj.ptr())));
+    if (!callable_value) {
       FJ_UNSUPPORTED(kUnsupportedCall, "defaultdict() with the factory {}", factory->describe());
     }
     ValuePtr out = dict_call(args.empty() ? args : std::vector<ValuePtr>(args.begin() + 1, args.end()), kwargs);
     out->pytype = callable;
-    out->factory = factory->obj;
+    out->factory = factory;
     return out;
   }
   if (kind == CallableKind::kBuiltin && kwargs.empty()) {

@@ -43,8 +43,10 @@ void Tracer::make_writable(const ValuePtr& container) {
   }
   if (container->source < 0 || container->adopted) return;
   const bool list = container->kind == VKind::kList;
+  // (a defaultdict too: its missing keys then made by the trace, Tracer::missing_key)
   const bool dict = container->is(ObjRole::kPlain) && !container->bound_self &&
-                    PyDict_CheckExact(container->obj.ptr());
+                    (PyDict_CheckExact(container->obj.ptr()) ||
+                     py::type::handle_of(container->obj).is(PyRefs::get().defaultdict_type));
   if (!list && !dict) {
     FJ_UNSUPPORTED(kSideEffect, "in-place change of {}, which existed before this region",
                    container->describe());
@@ -78,6 +80,11 @@ void Tracer::make_writable(const ValuePtr& container) {
                      container->describe());
     }
     container->kind = VKind::kDict;
+    if (!PyDict_CheckExact(container->obj.ptr())) {
+      container->pytype = PyRefs::get().defaultdict_type;
+      container->factory = entry_.load(entry_.sources().attr(container->source, "default_factory"));
+      FJ_CHECK(container->factory != nullptr, "default_factory of {} unreadable", container->describe());
+    }
     for (auto& [key, value] : entries) {
       container->keys.push_back(key);
       container->items.push_back(std::move(value));

@@ -131,6 +131,13 @@ ValuePtr Tracer::new_object_method(const std::string& name, std::vector<ValuePtr
     return args.size() == 3 ? args[2] : Value::constant(py::none());
   }
   if (kwargs.empty() && name == "__iter__" && args.size() == 1) return Value::iter_over(self->mapping);
+  if (name == "__init__") {  // dict.__init__(self, ...) (a subclass's super().__init__()): update
+    if (args.size() == 1 && kwargs.empty()) return Value::constant(py::none());
+    if (!container_method("update", on_items, kwargs)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "dict.__init__ of {} with these arguments", self->describe());
+    }
+    return Value::constant(py::none());
+  }
   if (ValuePtr out = container_method(name, on_items, kwargs)) return out;
   FJ_UNSUPPORTED(kUnsupportedCall, "method {} of {} is not traced yet", name, self->describe());
 }

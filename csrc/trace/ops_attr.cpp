@@ -146,10 +146,12 @@ void op_binary_subscr(Tracer& t, const Instr&) {
   if (base->is(ObjRole::kNewObject)) {  // its class's __getitem__, or its dict's items
     if (t.inline_special_method(base, kGetitem, {key})) return;
     if (base->mapping) {
+      if (t.missing_key(base, key)) return;
       t.push(t.item(base->mapping, key));
       return;
     }
   }
+  if (t.missing_key(base, key)) return;
   t.push(t.item(base, key));
 }
 

@@ -200,6 +200,12 @@ class Tracer {
   // __getattribute__ hook is inlined (nullptr), anything else is the value.
   ValuePtr finish_read(const ValuePtr& attribute);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
+  // base[key] for a constant key the dict lacks, where its class makes the value: a
+  // defaultdict whose factory the trace calls (a lambda, a class, set: the call and the store
+  // are inlined; one that existed before the region is adopted first, make_writable), or a
+  // dict subclass with a Python __missing__ (Counter's 0: inlined, the key's absence guarded).
+  // True: the value arrives with that call's return.
+  bool missing_key(const ValuePtr& base, const ValuePtr& key);
   // obj.name = value on an object that existed before the region: recorded, read back by later
   // loads in the trace, and replayed at the exit. On an object the trace made: stored, or its
   // class's Python __setattr__ inlined (true: the call's frame is pushed; its result is the

@@ -168,7 +168,7 @@ py::object Value::as_python() const {
       return std::move(out);
     }
     case VKind::kDict: {
-      py::object out = pytype ? pytype(factory) : py::dict();  // a defaultdict's own class
+      py::object out = pytype ? pytype(factory ? factory->obj : py::none()) : py::dict();  // a defaultdict's own class
       for (size_t i = 0; i < items.size(); ++i) out[keys[i]] = items[i]->as_python();
       return out;
     }

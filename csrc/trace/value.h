@@ -113,7 +113,8 @@ struct Value {
                                  // when the loop began
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
                                  // kDict made by collections.defaultdict: defaultdict
-  py::object factory;            // kDict made by collections.defaultdict: its default_factory
+  ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory
+                                 // (a constant, or any callable value of the trace)
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
   std::string method;            // kObject kTypeMethod: the method's name
   py::object globals;            // kObject kMadeFunction: the function's globals dict

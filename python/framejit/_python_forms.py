@@ -1,4 +1,5 @@
-"""Python forms of builtins and itertools that the tracer runs in their place.
+"""Python forms of builtins and itertools that the tracer runs in their place (and of
+collections._count_elements, heapq.nlargest / nsmallest and a defaultdict's __missing__).
 
 map, filter, functools.reduce and the itertools below are C code, which the tracer cannot run
 over traced values. Called in a traced frame, each is replaced by its form here, which the
@@ -9,9 +10,12 @@ its arguments as lazily where that can be seen (map, filter, chain); the ones th
 every item first (product, combinations, zip_longest) read them at the first step, as the C
 versions do. Nothing here is called outside a trace.
 """
+import collections
 import contextlib
 import functools
+import heapq
 import itertools
+import types
 import typing
 import weakref
 
@@ -277,12 +281,49 @@ _FORMS = {
 }
 
 
+def trace_count_elements(mapping, iterable):
+    """collections._count_elements (Counter.update's counting loop, C code)."""
+    for item in iterable:
+        mapping[item] = mapping.get(item, 0) + 1
+
+
+def trace_nlargest(n, iterable, key=None):
+    """heapq.nlargest: documented as sorted(iterable, key=key, reverse=True)[:n]."""
+    return sorted(iterable, key=key, reverse=True)[:n]
+
+
+def trace_nsmallest(n, iterable, key=None):
+    """heapq.nsmallest: documented as sorted(iterable, key=key)[:n]."""
+    return sorted(iterable, key=key)[:n]
+
+
+_FORMS.update({
+    collections._count_elements: trace_count_elements,
+    heapq.nlargest: trace_nlargest,
+    heapq.nsmallest: trace_nsmallest,
+})
+
+
+def trace_defaultdict_missing(mapping, factory, key):
+    """defaultdict.__missing__, for a factory the trace calls (Tracer::defaultdict_missing)."""
+    value = factory()
+    mapping[key] = value
+    return value
+
+
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (_product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+for _helper in (trace_defaultdict_missing, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)
 del _helper
+# collections.Counter's methods: Python over its dict storage, traced like a user class's
+# (counting itself is collections._count_elements, C code: its form above).
+for _member in vars(collections.Counter).values():
+    _function = getattr(_member, "__func__", _member)
+    if isinstance(_function, types.FunctionType):
+        _C.allow_code(_function.__code__)
+del _member, _function
 
 
 def python_form(fn, keyed=False):

@@ -19,6 +19,7 @@ from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
 from ._python_forms import FORM_CLASSES, python_form  # noqa: F401  (python_form: looked up by the C++ core)
+from ._python_forms import trace_defaultdict_missing as defaultdict_missing  # noqa: F401  (the same)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
 # Namespaces under torch whose functions are not graph operations: state, I/O, autograd
@@ -698,6 +699,13 @@ def new_object(cls, names, mapping, *values):
     for name, value in zip(names, values):
         object.__setattr__(obj, name, value)
     return obj
+
+
+def defaultdict_of(cls, factory, items):
+    """The defaultdict a region's exit rebuilds: of class cls, with this factory and items."""
+    made = cls(factory)
+    made.update(items)
+    return made
 
 
 def module_container_keys(obj):

@@ -761,10 +761,24 @@ def ex_defaultdict_made(x):
     return groups[0][0]
 
 
+@example("d = collections.defaultdict(lambda: 0); d[k] += 1")
+def ex_defaultdict_lambda(x):
+    d = collections.defaultdict(lambda: 0)
+    for k in "aba":
+        d[k] += 1
+    return x * d["a"]
+
+
 @example("collections.Counter(names)")
 def ex_counter_made(x):
     counts = collections.Counter(["a", "b", "a"])
-    return x * counts["a"]
+    return x * counts["a"] + counts["missing"]
+
+
+@example("c + c2")
+def ex_counter_operator(x):
+    c = collections.Counter("ab") + collections.Counter("a")
+    return x * c["a"]
 
 
 @example("with contextlib.suppress(KeyError):")

@@ -982,3 +982,78 @@ def test_a_dict_subclass_overriding_some_methods_is_read_by_the_ones_it_keeps():
     counter = run_both(copies_a_defaultdict, torch.randn(2))
     assert counter.frame_count == 1
     assert [r["exit"] for r in regions(copies_a_defaultdict)] == ["return"]
+
+
+def counts_with_a_lambda(x):
+    counts = collections.defaultdict(lambda: 0)
+    sets = collections.defaultdict(set)
+    for k in ["a", "b", "a"]:
+        counts[k] += 1
+        sets[k].add(len(k))
+    made = collections.defaultdict(lambda: [x])  # the factory reads the frame's tensor
+    made["t"].append(x * 2)
+    return x * counts["a"] + counts["b"], made, len(sets["a"])
+
+
+def test_a_defaultdict_with_a_lambda_or_set_factory_is_one_graph_and_leaves_with_its_factory():
+    counter = CompileCounter()
+    compiled = framejit.compile(counts_with_a_lambda, backend=counter)
+    x = torch.randn(3)
+    out, expected = compiled(x), counts_with_a_lambda(x)
+    assert same(out[0], expected[0]) and out[2] == expected[2] == 1
+    assert type(out[1]) is collections.defaultdict and same(dict(out[1]), dict(expected[1]))
+    assert same(out[1]["new"], [x])  # its factory, rebuilt at the exit, still reads x
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(counts_with_a_lambda)] == ["return"]
+
+
+def counts_into(x, d):
+    for k in ["a", "b", "a"]:
+        d[k] += 1
+    return x * d["a"]
+
+
+def appends_into(x, d):
+    d["made"].append(x)
+    return d["made"][0] * 2
+
+
+def test_missing_keys_of_a_defaultdict_passed_in_are_made_in_the_trace_and_written_back():
+    for factory in (int, lambda: 0):
+        counter = CompileCounter()
+        compiled = framejit.compile(counts_into, backend=counter)
+        mine, theirs = collections.defaultdict(factory, a=1), collections.defaultdict(factory, a=1)
+        x = torch.randn(2)
+        for _ in range(2):
+            assert same(compiled(x, mine), counts_into(x, theirs))
+            assert type(mine) is collections.defaultdict and mine.default_factory is factory
+            assert dict(mine) == dict(theirs)  # the stores were written back
+        assert counter.frame_count == 2  # the second call sees other keys and counts
+        framejit.reset()
+    lists = collections.defaultdict(list)
+    assert same(framejit.compile(appends_into)(x, lists), appends_into(x, collections.defaultdict(list)))
+    assert lists["made"] == [x] and lists["made"][0] is x
+
+
+def counter_reads(x):
+    c = collections.Counter(["a", "b", "a", "c", "c", "c"])
+    c.update(["b"])
+    return x * c["a"] + c["zz"], c.most_common(2), c, "a" in c, sorted(c.items()), c.total()
+
+
+def counter_missing(x, c):
+    return x * c["a"] + c["zz"]
+
+
+def test_a_counter_made_in_the_trace_or_passed_in_is_one_graph():
+    counter = run_both(counter_reads, torch.randn(2))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(counter_reads)] == ["return"]
+    assert type(framejit.compile(counter_reads)(torch.randn(2))[2]) is collections.Counter
+    counter = CompileCounter()
+    compiled = framejit.compile(counter_missing, backend=counter)
+    c = collections.Counter(a=3)
+    x = torch.randn(2)
+    assert same(compiled(x, c), counter_missing(x, c)) and "zz" not in c
+    c["zz"] = 4  # now present: the guard on its absence fails
+    assert same(compiled(x, c), counter_missing(x, c))
+    assert counter.frame_count == 2
