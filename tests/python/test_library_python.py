@@ -1057,3 +1057,17 @@ def test_a_counter_made_in_the_trace_or_passed_in_is_one_graph():
     c["zz"] = 4  # now present: the guard on its absence fails
     assert same(compiled(x, c), counter_missing(x, c))
     assert counter.frame_count == 2
+
+
+def state_by_parameter_and_name(p, d):
+    d[p]["seen"] = 1  # keyed by the tensor: an item write replayed at the exit
+    d["count"]["n"] = 2  # keyed by a name: would adopt the contents, dropping d[p]
+    return p * 2
+
+
+def test_a_defaultdict_keyed_by_a_tensor_and_a_name_keeps_both_items():
+    p = torch.randn(2)
+    mine, theirs = collections.defaultdict(dict), collections.defaultdict(dict)
+    assert same(framejit.compile(state_by_parameter_and_name)(p, mine), state_by_parameter_and_name(p, theirs))
+    assert mine[p] == theirs[p] == {"seen": 1} and mine["count"] == {"n": 2}
+    assert list(mine)[0] is p and len(mine) == 2
