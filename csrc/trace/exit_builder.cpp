@@ -231,13 +231,12 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       r.kind = value->kind == VKind::kTuple  ? Rebuild::Kind::kTuple
                : value->kind == VKind::kList ? Rebuild::Kind::kList
                                              : Rebuild::Kind::kDict;
-      r.value = value->pytype;
+      if (value->kind == VKind::kTuple) r.value = value->pytype;  // (namedtuple, torch.Size)
       r.keys = value->keys;
       for (const auto& item : value->items) r.items.push_back(rebuild_of(item));
       if (value->kind == VKind::kDict && value->factory) {
         // A defaultdict: made by _support.defaultdict_of(factory, items), the factory
         // rebuilt like any value (a function the trace made, a class, a constant).
-        r.value = py::object();
         return memoised(Rebuild::call(PyRefs::get().support.attr("defaultdict_of"),
                                       {Rebuild::constant(value->pytype), rebuild_of(value->factory), std::move(r)}),
                         value);

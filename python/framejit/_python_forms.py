@@ -305,7 +305,7 @@ _FORMS.update({
 
 
 def trace_defaultdict_missing(mapping, factory, key):
-    """defaultdict.__missing__, for a factory the trace calls (Tracer::defaultdict_missing)."""
+    """defaultdict.__missing__, for a factory the trace calls (Tracer::missing_key)."""
     value = factory()
     mapping[key] = value
     return value
