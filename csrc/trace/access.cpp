@@ -158,7 +158,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       break;
     }
     case VKind::kObject: {
-      if (base->is(ObjRole::kNewObject)) return new_object_attr(base, name);
+      if (base->is(ObjRole::kNewObject)) return new_object_read(base, name, how);
       if (base->is(ObjRole::kPartial)) return partial_attr(base, name);
       if (base->is(ObjRole::kDictView)) {
         FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a dict view", name);
@@ -396,15 +396,22 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
     return nullptr;
   }
   const ValuePtr& base = args[0];
+  if (which == "delattr") {  // as `del obj.name` (DELETE_ATTR)
+    if (args.size() != 2) FJ_UNSUPPORTED(kUnsupportedCall, "delattr() with {} arguments", args.size());
+    if (!delete_attr(base, name)) return Value::constant(py::none());
+    frame().on_found = Value::constant(py::none());
+    return nullptr;
+  }
   static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
-  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
-      (which == "hasattr" || args.size() == 3) &&
-      _PyType_Lookup(Py_TYPE(base->obj.ptr()), kGetattr) == nullptr) {
+  const bool made = base->is(ObjRole::kNewObject);
+  // (An object the trace made holds its class in obj.)
+  PyTypeObject* type = made ? reinterpret_cast<PyTypeObject*>(base->obj.ptr()) : Py_TYPE(base->obj.ptr());
+  if ((made || (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()))) &&
+      (which == "hasattr" || args.size() == 3) && _PyType_Lookup(type, kGetattr) == nullptr) {
     // Code decides what the lookup finds, with no __getattr__ to fall back on: a class's own
     // __getattribute__ (called with the name), else a property's getter. The trace inlines it;
     // an AttributeError from a lookup it makes gives the default (hasattr: False).
     static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
-    PyTypeObject* type = Py_TYPE(base->obj.ptr());
     py::object function;
     std::vector<ValuePtr> call_args = {base};
     std::string decided_by;  // the class attribute guarded to stay that function or property
@@ -419,15 +426,21 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
       decided_by = name;
     }
     if (function && PyFunction_Check(function.ptr())) {
-      if (base->source >= 0) {
-        guard_class_attribute(base, decided_by, true, /*same_object=*/true);
-        guard_class_attribute(base, "__getattr__", false);
+      const ValuePtr& guarded = made ? base->origin : base;
+      if (guarded && guarded->source >= 0) {
+        guard_class_attribute(guarded, decided_by, true, /*same_object=*/true);
+        guard_class_attribute(guarded, "__getattr__", false);
       }
       inline_call(Value::object(function), function, std::move(call_args), {});
       frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
       if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
       return nullptr;
     }
+  }
+  if (which == "getattr" && args.size() == 2) {
+    // As `obj.name`: through a class's own __getattribute__ or a property's getter (inlined);
+    // a missing attribute raises there.
+    return read_attribute(base, name, AttrLookup::kInlinable);
   }
   const bool present = attribute_present(base, name);
   if (which == "hasattr") return Value::constant(py::bool_(present));
@@ -506,15 +519,7 @@ bool Tracer::attribute_present(const ValuePtr& base, const std::string& name, bo
       guard_instance_dict(*this, base, "__dict__", name, false);
       return false;
     case VKind::kObject: {
-      if (base->is(ObjRole::kNewObject)) {
-        // Attributes stored by the trace are not on the object yet.
-        try {
-          attr(base, name);
-          return true;
-        } catch (const Unsupported&) {
-          FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
-        }
-      }
+      if (base->is(ObjRole::kNewObject)) return new_object_has(base, name);  // (its class has no __getattr__)
       if (base->is_special_object() || base->bound_self) {
         FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {}", name, base->describe());
       }
@@ -798,6 +803,21 @@ bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
   return record_store(target, name, std::move(value), /*generic=*/false);
 }
 
+bool Tracer::delete_attr(const ValuePtr& target, const std::string& name) {
+  if (!target->is(ObjRole::kNewObject)) {
+    FJ_UNSUPPORTED(kSideEffect, "deletion of the attribute .{} of {}", name, target->describe());
+  }
+  // A class's own __delattr__ runs for the deletion: inlined (its object.__delattr__ deletes).
+  static PyObject* const kDelattr = PyUnicode_InternFromString("__delattr__");
+  if (inline_special_method(target, kDelattr, {Value::constant(py::str(name))})) return true;
+  py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(target->obj, name);
+  if (how[0].cast<AttrKind>() == AttrKind::kProperty) {
+    FJ_UNSUPPORTED(kSideEffect, "deletion of .{}, a property of the class", name);
+  }
+  new_object_delete(target, name);
+  return false;
+}
+
 bool Tracer::record_store(const ValuePtr& target, const std::string& name, ValuePtr value,
                           bool generic) {
   py::tuple how = PyRefs::get().support.attr("resolve_attribute")(target->obj, name);
@@ -875,7 +895,7 @@ void Tracer::delete_item(const ValuePtr& container, const ValuePtr& key_in) {
   }
   for (size_t i = 0; i < container->keys.size(); ++i) {
     if (!container->keys[i].equal(k)) continue;
-    if (container->iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+    if (container->being_iterated()) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
     container->keys.erase(container->keys.begin() + static_cast<long>(i));
     items.erase(items.begin() + static_cast<long>(i));
     return;

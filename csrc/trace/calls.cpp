@@ -45,8 +45,10 @@ bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
 // builtin at trace time. Other objects (iterators, user instances) may be consumed or changed.
 bool is_pinned_object(const ValuePtr& v) {
   PyObject* obj = v->obj.ptr();
+  // (class data, read as it is now: a typing annotation of a dataclass field)
   return v->kind == VKind::kObject && (PyModule_Check(obj) || PyFunction_Check(obj) ||
-                                       PyCFunction_Check(obj) || PyType_Check(obj));
+                                       PyCFunction_Check(obj) || PyType_Check(obj) ||
+                                       (v->frozen && v->is(ObjRole::kPlain) && !v->bound_self));
 }
 
 bool all_constant(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
@@ -481,6 +483,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       FJ_UNSUPPORTED(kUnsupportedCall, "object.__getattribute__ with a name not known at trace time");
     }
     const std::string attribute = name->obj.cast<std::string>();
+    if (fn->bound_self->is(ObjRole::kNewObject) && !new_object_has(fn->bound_self, attribute)) {
+      raise_missing_attribute(fn->bound_self, attribute);
+      return nullptr;
+    }
     if (fn->bound_self->is(ObjRole::kPlain) && !fn->bound_self->bound_self &&
         !attribute_present(fn->bound_self, attribute, /*generic=*/true)) {
       raise_missing_attribute(fn->bound_self, attribute);  // guarded absent by attribute_present
@@ -821,6 +827,25 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return module;
     }
   }
+  static PyObject* const kObjectNew =
+      py::object(py::handle(reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__new__")).release().ptr();
+  if (callable.ptr() == kObjectNew && args.size() == 1 && kwargs.empty() &&
+      (args[0]->kind == VKind::kObject || args[0]->kind == VKind::kConst) &&
+      PyType_Check(args[0]->obj.ptr()) && !args[0]->is_special_object() &&
+      !refs.support.attr("plain_class_init")(args[0]->obj).is_none() &&
+      refs.support.attr("mapping_base")(args[0]->obj).is_none()) {
+    // object.__new__(cls) of a plain class (copy.deepcopy's form): an instance with no
+    // attributes, its __init__ not run.
+    return blank_object(args[0], args[0]->obj);
+  }
+  if ((Py_IS_TYPE(callable.ptr(), &PyWrapperDescr_Type) || Py_IS_TYPE(callable.ptr(), &PyMethodDescr_Type)) &&
+      !args.empty() && args[0]->is(ObjRole::kNewObject) &&
+      PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(args[0]->obj.ptr()),
+                       PyDescr_TYPE(reinterpret_cast<PyDescrObject*>(callable.ptr())))) {
+    // A builtin base's method called unbound on an object the trace made
+    // (object.__setattr__(obj, name, value), dict.__setitem__(obj, key, value)).
+    return new_object_method(py::str(callable.attr("__name__")).cast<std::string>(), args, kwargs);
+  }
   if (PyType_Check(callable.ptr())) {
     py::object init = refs.support.attr("plain_class_init")(callable);
     if (!init.is_none()) {
@@ -934,7 +959,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       for (const ValuePtr& item : args[0]->items) total = record_operator("add", "+", {total, item});
       return total;
     }
-    if (name == "type" && args.size() == 1) return Value::object(type_of(args[0]));
+    if (name == "type" && args.size() == 1) {
+      // The class of an object read by source, or made from a class read by source, is read
+      // by source too: its attributes are guarded where read (type(self).scale).
+      const ValuePtr& v = args[0];
+      if (v->is(ObjRole::kNewObject) && v->origin) return v->origin;
+      if (v->is(ObjRole::kPlain) && v->kind == VKind::kObject && v->source >= 0 && !v->bound_self &&
+          !PyType_Check(v->obj.ptr()) && !PyModule_Check(v->obj.ptr())) {
+        ValuePtr cls = entry_.load(entry_.sources().generic_attr(v->source, "__class__"));
+        if (cls && cls->obj.ptr() == reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()))) return cls;
+      }
+      return Value::object(type_of(v));
+    }
     if (name == "callable" && args.size() == 1) {
       // What callable() asks is its type's (a lambda holding a tensor in its closure is callable,
       // a tensor is not): answered from the value's kind.

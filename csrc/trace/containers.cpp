@@ -39,7 +39,8 @@ bool is_mutating_method(const std::string& name) {
 
 void Tracer::make_writable(const ValuePtr& container) {
   if (container->frozen) {
-    FJ_UNSUPPORTED(kSideEffect, "a write into the __dict__ of an object this trace made");
+    FJ_UNSUPPORTED(kSideEffect, "a write into {}, a copy the trace reads (of class data, or of "
+                   "the __dict__ of an object it made)", container->describe());
   }
   if (container->source < 0 || container->adopted) return;
   const bool list = container->kind == VKind::kList;
@@ -254,7 +255,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   }
   if (self->kind == VKind::kDict) {
     auto resized = [&]() {
-      if (self->iterated) {
+      if (self->being_iterated()) {
         FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
       }
     };

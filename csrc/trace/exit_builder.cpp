@@ -210,8 +210,14 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       // A cell made by MAKE_CELL in this region: a new cell with the content it has now.
       std::vector<Rebuild> content;
       if (!value->items.empty()) content.push_back(rebuild_of(value->items[0]));
-      return memoised(Rebuild::call(py::module_::import("types").attr("CellType"), std::move(content)),
-                      value);
+      Rebuild cell = memoised(Rebuild::call(py::module_::import("types").attr("CellType"), std::move(content)),
+                              value);
+      if (ValuePtr function = value->own_function.lock(); function && filled_cells_.insert(value.get()).second) {
+        // A recursive nested def's cell: made empty, then (among the exit's writes, built
+        // before the frame's state) given the function, whose closure holds this same cell.
+        exit_.attr_writes.push_back({cell, py::str("cell_contents"), rebuild_of(function), true});
+      }
+      return cell;
     }
     case VKind::kSymNum: {
       if (value->size_of) {  // the size of a tensor the exit has: read again from it

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "graph/graph.h"
@@ -37,6 +38,7 @@ class ExitBuilder {
   RegionExit exit_;
   std::vector<Arg> outputs_;
   std::unordered_map<Node*, int> output_index_;
+  std::unordered_set<const Value*> filled_cells_;  // recursive functions' cells given their write
 };
 
 }  // namespace framejit

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "common/check.h"
 #include "trace/pyrefs.h"
@@ -183,6 +184,176 @@ bool Tracer::inline_special_method(const ValuePtr& self, PyObject* name,
   rest.insert(rest.begin(), self);
   inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook, std::move(rest), {},
               may_make_generator);
+  return true;
+}
+
+bool Tracer::inline_truth(const ValuePtr& value) {
+  if (value->kind != VKind::kObject) return false;
+  PyTypeObject* type = special_method_class(value);
+  if (type == nullptr) return false;
+  static PyObject* const kBool = PyUnicode_InternFromString("__bool__");
+  static PyObject* const kLen = PyUnicode_InternFromString("__len__");
+  PyObject* hook = _PyType_Lookup(type, kBool);  // Borrowed
+  PyObject* name = kBool;
+  if (hook == nullptr) {
+    hook = _PyType_Lookup(type, kLen);
+    name = kLen;
+  }
+  if (hook == nullptr || !PyFunction_Check(hook) || !is_user_function(host_, hook)) return false;
+  if (name == kLen) {  // __bool__ must stay absent, or it would decide instead
+    const ValuePtr& guarded = value->is(ObjRole::kNewObject) ? value->origin : value;
+    if (guarded && guarded->source >= 0) guard_class_attribute(guarded, "__bool__", false);
+  }
+  if (!inline_special_method(value, name, {})) return false;
+  frame().result_truth = 1;  // its result's truth, as a bool
+  return true;
+}
+
+namespace {
+
+// The class whose operator methods Python looks up for `v`: a class defined in Python (a heap
+// type) of an object made in the trace or read by source; nullptr for any other value.
+PyTypeObject* python_operand_class(const ValuePtr& v) {
+  if (v->kind != VKind::kObject) return nullptr;
+  PyTypeObject* type = special_method_class(v);
+  return type != nullptr && (type->tp_flags & Py_TPFLAGS_HEAPTYPE) ? type : nullptr;
+}
+
+// Whether the builtin operand `v` answers NotImplemented to operator `name` against an instance
+// of the Python class `other`: numbers, None and str (but its `%`, which formats anything)
+// compare and compute only with their own kinds, tensors only with numbers and tensors (an
+// `other` with __torch_function__ aside). `other` must be no subclass of those.
+bool builtin_answers_not_implemented(const ValuePtr& v, PyTypeObject* other, const char* name) {
+  PyTypeObject* tensor = reinterpret_cast<PyTypeObject*>(PyRefs::get().tensor_type.ptr());
+  for (PyTypeObject* base : {&PyLong_Type, &PyFloat_Type, &PyComplex_Type, &PyUnicode_Type, tensor}) {
+    if (PyType_IsSubtype(other, base)) return false;
+  }
+  if (v->is_tensor()) return true;  // (__torch_function__ on `other`: see inline_operator)
+  if (!v->is_const()) return false;
+  PyObject* obj = v->obj.ptr();
+  if (PyUnicode_CheckExact(obj)) return std::string(name) != "__mod__";
+  return obj == Py_None || PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+         PyComplex_CheckExact(obj);
+}
+
+enum class OperatorAnswer {
+  kNotImplemented,  // absent, or object's default ordering: nothing to try
+  kPython,          // a Python function the policy traces
+  kUnknown,         // C code, or code left to Python: not inlined
+};
+
+}  // namespace
+
+bool Tracer::inline_unary_operator(const ValuePtr& v, const char* name) {
+  PyTypeObject* type = python_operand_class(v);
+  if (type == nullptr) return false;
+  py::str key(name);
+  PyObject* hook = _PyType_Lookup(type, key.ptr());  // Borrowed
+  if (hook == nullptr || !PyFunction_Check(hook) || !is_user_function(host_, hook)) return false;
+  return inline_special_method(v, key.ptr(), {});
+}
+
+bool Tracer::inline_operator(const ValuePtr& a, const ValuePtr& b, const OperatorMethods& op) {
+  PyTypeObject* ta = python_operand_class(a);
+  PyTypeObject* tb = python_operand_class(b);
+  if (ta == nullptr && tb == nullptr) return false;
+  if (ta == nullptr && !builtin_answers_not_implemented(a, tb, op.name)) return false;
+  if (tb == nullptr && !builtin_answers_not_implemented(b, ta, op.reflected)) return false;
+  static PyObject* const kTorchFunction = PyUnicode_InternFromString("__torch_function__");
+  for (const auto& [value, type, other] : {std::tuple{a, ta, b}, std::tuple{b, tb, a}}) {
+    // A class with __torch_function__ takes over tensor operators: not modelled here.
+    if (type != nullptr && other->is_tensor() && _PyType_Lookup(type, kTorchFunction) != nullptr) return false;
+  }
+
+  struct Attempt {
+    PyObject* method;  // Borrowed (kept by its class, whose lookup is guarded)
+    bool reflected;
+    bool negated;
+  };
+  std::vector<Attempt> attempts;
+  std::vector<std::pair<const ValuePtr*, std::string>> looked_up;  // guarded once decided
+  // What `name` on `type` is for this operator; `hook` / `negated` set for a Python method.
+  std::function<OperatorAnswer(const ValuePtr&, PyTypeObject*, const char*, PyObject**, bool*)> answer =
+      [&](const ValuePtr& v, PyTypeObject* type, const char* name, PyObject** hook, bool* negated) {
+        py::str key(name);
+        looked_up.emplace_back(&v, name);
+        PyObject* found = _PyType_Lookup(type, key.ptr());  // Borrowed
+        if (found == nullptr) return OperatorAnswer::kNotImplemented;
+        if (PyFunction_Check(found)) {
+          if (!is_user_function(host_, found)) return OperatorAnswer::kUnknown;
+          *hook = found;
+          return OperatorAnswer::kPython;
+        }
+        if (op.comparison && found == _PyType_Lookup(&PyBaseObject_Type, key.ptr())) {
+          // object's own: `==` is identity (the final fallback), `<` NotImplemented, `!=` the
+          // class's `==` negated.
+          if (key.cast<std::string>() != "__ne__") return OperatorAnswer::kNotImplemented;
+          const OperatorAnswer eq = answer(v, type, "__eq__", hook, negated);
+          *negated = eq == OperatorAnswer::kPython;
+          return eq;
+        }
+        return OperatorAnswer::kUnknown;
+      };
+  // Adds the attempt of `name` on the operand `v` (of class `type`; nullptr: a builtin, which
+  // answers NotImplemented); false where it is unknown.
+  auto attempt = [&](const ValuePtr& v, PyTypeObject* type, const char* name, bool reflected) {
+    if (type == nullptr) return true;
+    PyObject* hook = nullptr;
+    bool negated = false;
+    const OperatorAnswer got = answer(v, type, name, &hook, &negated);
+    if (got == OperatorAnswer::kUnknown) return false;
+    if (got == OperatorAnswer::kPython) attempts.push_back({hook, reflected, negated});
+    return true;
+  };
+  // CPython's order: a right operand of a subclass goes first (for arithmetic, only where the
+  // subclass overrides the reflected method); arithmetic on two operands of one class tries
+  // only the left one, a comparison tries both.
+  const bool subclass_first = ta != nullptr && tb != nullptr && ta != tb && PyType_IsSubtype(tb, ta) &&
+                              (op.comparison || _PyType_Lookup(tb, py::str(op.reflected).ptr()) !=
+                                                    _PyType_Lookup(ta, py::str(op.reflected).ptr()));
+  const bool try_right = op.comparison || ta != tb;
+  bool known = op.inplace == nullptr || attempt(a, ta, op.inplace, false);
+  if (known && subclass_first) known = attempt(b, tb, op.reflected, true);
+  if (known) known = attempt(a, ta, op.name, false);
+  if (known && try_right && !subclass_first) known = attempt(b, tb, op.reflected, true);
+  if (!known) return false;  // (no attempt at all: `==` is identity, anything else a TypeError)
+
+  for (const auto& [v, name] : looked_up) {
+    const ValuePtr& guarded = (*v)->is(ObjRole::kNewObject) ? (*v)->origin : *v;
+    if (!guarded || guarded->source < 0) continue;
+    PyObject* found = _PyType_Lookup(special_method_class(*v), py::str(name).ptr());  // Borrowed
+    guard_class_attribute(guarded, name, found != nullptr, /*same_object=*/found != nullptr);
+  }
+  for (const auto& [value, type, other] : {std::tuple{a, ta, b}, std::tuple{b, tb, a}}) {
+    const ValuePtr& guarded = value->is(ObjRole::kNewObject) ? value->origin : value;
+    if (type != nullptr && other->is_tensor() && guarded && guarded->source >= 0) {
+      guard_class_attribute(guarded, "__torch_function__", false);
+    }
+  }
+  auto type_name = [](const ValuePtr& v, PyTypeObject* type) {
+    if (type != nullptr) return std::string(type->tp_name);
+    return v->is_tensor() ? std::string("Tensor") : std::string(Py_TYPE(v->obj.ptr())->tp_name);
+  };
+  std::string failure;
+  const std::string name = op.name;
+  if (op.comparison && (name == "__eq__" || name == "__ne__")) {
+    failure = name == "__eq__" ? "is" : "is not";  // Python's answer: identity
+  } else if (op.comparison) {
+    failure = fmt::format("'{}' not supported between instances of '{}' and '{}'", op.symbol,
+                          type_name(a, ta), type_name(b, tb));
+  } else {
+    failure = fmt::format("unsupported operand type(s) for {}: '{}' and '{}'", op.symbol,
+                          type_name(a, ta), type_name(b, tb));
+  }
+  std::vector<ValuePtr> tried;
+  for (const Attempt& at : attempts) {
+    tried.push_back(Value::tuple({Value::object(py::reinterpret_borrow<py::object>(at.method)),
+                                  Value::constant(py::bool_(at.reflected)),
+                                  Value::constant(py::bool_(at.negated))}));
+  }
+  static py::handle form = py::object(PyRefs::get().support.attr("operator_form")).release();
+  inline_call(Value::object(py::reinterpret_borrow<py::object>(form)), form,
+              {a, b, Value::tuple(std::move(tried)), Value::constant(py::str(failure))}, {});
   return true;
 }
 
@@ -525,6 +696,7 @@ ValuePtr Tracer::cell_get(const ValuePtr& cell) {
   }
   FJ_CHECK(cell->kind == VKind::kCell, "LOAD_DEREF of {}", cell->describe());
   if (!cell->items.empty()) return cell->items[0];
+  if (ValuePtr function = cell->own_function.lock()) return function;
   if (cell->source >= 0) {
     ValuePtr content = entry_.load(entry_.sources().attr(cell->source, "cell_contents"));
     if (content) return content;
@@ -540,12 +712,17 @@ void Tracer::cell_set(const ValuePtr& cell, ValuePtr value) {
       value->items[2]->kind == VKind::kTuple) {
     for (const ValuePtr& closed : value->items[2]->items) {
       if (closed == cell) {
-        // def rec(): ... rec() ...: the function and its cell would hold each other, which an
-        // exit cannot rebuild. CPython makes the cycle from here on.
-        FJ_UNSUPPORTED(kUnsupportedValue, "a function that refers to itself through its closure");
+        // def rec(): ... rec() ...: the function and its cell hold each other, as in CPython.
+        // The cell holds it weakly (values are reference counted), the tracer strongly; an
+        // exit fills the rebuilt cell once the function is rebuilt (ExitBuilder).
+        cell->items.clear();
+        cell->own_function = value;
+        recursive_functions_.push_back(std::move(value));
+        return;
       }
     }
   }
+  cell->own_function.reset();
   cell->items.assign(1, std::move(value));
 }
 
@@ -595,6 +772,14 @@ void Tracer::copy_free_vars(int n) {
     // identity) carries the constants and functions in its cells as they are; anything else
     // (a registry object, a dict) is read through the class, so its state is guarded.
     const bool sourced = fr.function_value && fr.function_value->source >= 0;
+    if (!sourced && fr.function_value && fr.function_value->frozen && content != nullptr) {
+      // A function that is class data (a validator in a class's registry): its cells' contents
+      // read as class data too, as they are now.
+      cell->items.push_back(class_data(py::reinterpret_borrow<py::object>(content)));
+      cell->frozen = true;
+      fr.locals[first + i] = cell;
+      continue;
+    }
     if ((sourced || (content != nullptr && !is_fixed_value(content))) && read_cells()) {
       cell->source = cells->items.at(i)->source;
     } else {

@@ -9,18 +9,23 @@
 
 namespace framejit {
 
-void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
-                        std::vector<ValuePtr> args, KwValues kwargs) {
+ValuePtr Tracer::blank_object(const ValuePtr& fn, py::handle cls) {
   auto self = std::make_shared<Value>();
   self->kind = VKind::kObject;
   self->obj = py::reinterpret_borrow<py::object>(cls);
   self->role = ObjRole::kNewObject;
   if (!PyRefs::get().support.attr("mapping_base")(cls).is_none()) self->mapping = Value::dict({}, {});
-  if (fn->source >= 0 && PyType_Check(fn->obj.ptr())) {
+  if (fn && fn->source >= 0 && PyType_Check(fn->obj.ptr())) {
     // Methods are read from the class when the trace runs: guarded to stay those objects.
     self->origin = fn;
-    guard_class_attribute(fn, "__init__", true, /*same_object=*/true);
   }
+  return self;
+}
+
+void Tracer::new_object(const ValuePtr& fn, py::handle cls, py::handle init,
+                        std::vector<ValuePtr> args, KwValues kwargs) {
+  ValuePtr self = blank_object(fn, cls);
+  if (self->origin) guard_class_attribute(fn, "__init__", true, /*same_object=*/true);
   if (!PyFunction_Check(init.ptr())) {  // object.__init__: no arguments, nothing to run
     if (!args.empty() || !kwargs.empty()) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() takes no arguments", py::str(cls.attr("__name__")).cast<std::string>());
@@ -46,16 +51,78 @@ ValuePtr class_data(py::object value) {
     copy->frozen = true;
     return copy;
   }
+  if ((PyList_CheckExact(value.ptr()) || PyTuple_CheckExact(value.ptr())) && PyObject_Size(value.ptr()) <= 256) {
+    // A list of validators, a tuple of names: items to read and iterate, never to change.
+    std::vector<ValuePtr> items;
+    for (py::handle item : value) items.push_back(class_data(py::reinterpret_borrow<py::object>(item)));
+    if (PyTuple_CheckExact(value.ptr())) return Value::tuple(std::move(items));
+    ValuePtr copy = Value::list(std::move(items));
+    copy->frozen = true;
+    return copy;
+  }
   ValuePtr out = wrap_unsourced(std::move(value));
-  if (out->is(ObjRole::kPlain) && !is_identity_object(out->obj.ptr())) out->frozen = true;
+  // (a function too: the contents of its closure cells are class data as well)
+  if (out->is(ObjRole::kPlain) && (!is_identity_object(out->obj.ptr()) || PyFunction_Check(out->obj.ptr()))) {
+    out->frozen = true;
+  }
   return out;
+}
+
+ValuePtr Tracer::new_object_read(const ValuePtr& self, const std::string& name, AttrLookup how) {
+  static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
+  PyObject* hook = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(self->obj.ptr()), kGetattribute);  // Borrowed
+  if (how == AttrLookup::kGeneric || hook == nullptr || !PyFunction_Check(hook)) {
+    return new_object_attr(self, name);
+  }
+  // Its class's own __getattribute__ (a transformers config copied in the trace): Python calls
+  // it for every read, and so does the trace (as for an object read by source).
+  if (how != AttrLookup::kInlinable) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {}, read through its class's "
+                   "__getattribute__, here", name, self->describe());
+  }
+  if (self->origin) guard_class_attribute(self->origin, "__getattribute__", true, /*same_object=*/true);
+  ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(hook));
+  read->role = ObjRole::kAttrHook;
+  read->bound_self = self;
+  read->method = name;
+  return read;
+}
+
+bool Tracer::new_object_has(const ValuePtr& self, const std::string& name) {
+  for (const py::object& key : self->keys) {
+    if (key.cast<std::string>() == name) return true;
+  }
+  if (name == "__class__" || name == "__dict__") return true;
+  py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);
+  if (how[0].cast<AttrKind>() == AttrKind::kMissing) {
+    // Absent, unless a descriptor other than a property would make it (not traced).
+    if (!PyRefs::get().support.attr("class_lacks")(self->obj, name).cast<bool>()) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "hasattr of '{}' on {} (a descriptor of its class decides it)",
+                     name, self->describe());
+    }
+    return false;
+  }
+  if (self->origin) guard_class_attribute(self->origin, name, true, /*same_object=*/true);
+  return true;
+}
+
+void Tracer::new_object_delete(const ValuePtr& self, const std::string& name) {
+  for (size_t i = 0; i < self->keys.size(); ++i) {
+    if (self->keys[i].cast<std::string>() == name) {
+      self->keys.erase(self->keys.begin() + static_cast<long>(i));
+      self->items.erase(self->items.begin() + static_cast<long>(i));
+      return;
+    }
+  }
+  // Python raises AttributeError (or a class's descriptor deletes): the runtime does.
+  FJ_UNSUPPORTED(kUnsupportedValue, "del of the attribute '{}' that {} lacks", name, self->describe());
 }
 
 ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) {
   for (size_t i = 0; i < self->keys.size(); ++i) {
     if (self->keys[i].cast<std::string>() == name) return self->items[i];
   }
-  if (name == "__class__") return Value::object(self->obj);
+  if (name == "__class__") return self->origin ? self->origin : Value::object(self->obj);
   if (name == "__dict__") {
     // A copy of its attributes so far, to read (`self.__dict__.get(name)`); a write into it
     // ends the region (make_writable).
@@ -97,6 +164,15 @@ void Tracer::new_object_store(const ValuePtr& self, const std::string& name, Val
 ValuePtr Tracer::new_object_method(const std::string& name, std::vector<ValuePtr>& args,
                                    const KwValues& kwargs) {
   const ValuePtr self = args.at(0);
+  if (name == "__delattr__" && args.size() == 2 && kwargs.empty()) {
+    // object.__delattr__(self, name): deleted, past the class's own __delattr__.
+    const ValuePtr attribute = sizes_.concretize(args[1]);
+    if (!attribute->is_const() || !PyUnicode_CheckExact(attribute->obj.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "object.__delattr__ with a name not known at trace time");
+    }
+    new_object_delete(self, attribute->obj.cast<std::string>());
+    return Value::constant(py::none());
+  }
   if (name == "__setattr__" && args.size() == 3 && kwargs.empty()) {
     // object.__setattr__(self, name, value): stored, past the class's own __setattr__.
     const ValuePtr attribute = sizes_.concretize(args[1]);

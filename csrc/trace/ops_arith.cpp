@@ -180,10 +180,26 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   return fold(op.fn, args);
 }
 
+// `a <op> b` through the operands' Python classes (their `__add__` / `__radd__` / `__iadd__`):
+// true when inlined (see Tracer::inline_operator).
+bool python_class_operator(Tracer& t, const OperatorInfo& op, const ValuePtr& lhs, const ValuePtr& rhs) {
+  if (lhs->kind != VKind::kObject && rhs->kind != VKind::kObject) return false;
+  const OperatorInfo& plain = plain_form(op);
+  std::string base = plain.fn;
+  if (base.back() == '_') base.pop_back();  // and_, or_
+  const std::string name = "__" + base + "__";
+  const std::string reflected = "__r" + base + "__";
+  const std::string inplace = "__i" + base + "__";
+  const bool is_inplace = &plain != &op;
+  return t.inline_operator(lhs, rhs, {name.c_str(), reflected.c_str(), is_inplace ? inplace.c_str() : nullptr,
+                                      op.infix, /*comparison=*/false});
+}
+
 void op_binary(Tracer& t, const Instr& i) {
   FJ_CHECK(i.arg >= 0 && i.arg < static_cast<int>(std::size(kBinaryOps)), "BINARY_OP {}", i.arg);
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
+  if (python_class_operator(t, kBinaryOps[i.arg], lhs, rhs)) return;
   t.push(apply(t, kBinaryOps[i.arg], {lhs, rhs}));
 }
 
@@ -207,14 +223,21 @@ bool compares_as_builtin_value(const ValuePtr& v) {
          (PyFloat_Check(obj) && cmp == PyFloat_Type.tp_richcompare);
 }
 
-void op_compare_value(Tracer& t, const Instr& i);
+bool op_compare_value(Tracer& t, const Instr& i);
 
 void op_compare(Tracer& t, const Instr& i) {
-  op_compare_value(t, i);
-  if (pyver::compare_to_bool(i.arg)) t.push(t.as_bool_for_jump(t.pop(), i));
+  const bool inlined = op_compare_value(t, i);
+  if (!pyver::compare_to_bool(i.arg)) return;
+  if (inlined) {
+    t.frame().result_truth = 1;  // the answer's truth, on its return
+    return;
+  }
+  t.push(t.as_bool_for_jump(t.pop(), i));
 }
 
-void op_compare_value(Tracer& t, const Instr& i) {
+// Pushes the comparison's result; true instead when it inlined a class's method (its frame
+// pushed, the result coming with its return).
+bool op_compare_value(Tracer& t, const Instr& i) {
   const int index = pyver::compare_op(i.arg);
   FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
   ValuePtr rhs = t.pop();
@@ -232,18 +255,30 @@ void op_compare_value(Tracer& t, const Instr& i) {
       FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on {} and {}", fn, lhs->describe(), rhs->describe());
     }
     t.push(Value::constant(py::reinterpret_steal<py::object>(result)));
-    return;
+    return false;
   }
   if ((fn == "eq" || fn == "ne") && compares_by_identity(lhs) && compares_by_identity(rhs)) {
     const bool same = same_object_guarded(t, lhs, rhs);
     t.push(Value::constant(py::bool_(fn == "eq" ? same : !same)));
-    return;
+    return false;
+  }
+  if (lhs->kind == VKind::kObject || rhs->kind == VKind::kObject) {
+    // The reflected comparison of kCompareOps[index]: < and >, <= and >= swap; == and != stay.
+    static constexpr int kSwapped[] = {4, 5, 2, 3, 0, 1};
+    const std::string name = "__" + fn + "__";
+    const std::string reflected = std::string("__") + kCompareOps[kSwapped[index]].fn + "__";
+    if (t.inline_operator(lhs, rhs, {name.c_str(), reflected.c_str(), nullptr, kCompareOps[index].infix,
+                                     /*comparison=*/true})) {
+      return true;
+    }
   }
   t.push(apply(t, kCompareOps[index], {lhs, rhs}));
+  return false;
 }
 
 void unary(Tracer& t, const char* fn, const char* infix) {
   ValuePtr v = t.pop();
+  if (t.inline_unary_operator(v, (std::string("__") + fn + "__").c_str())) return;
   t.push(apply(t, OperatorInfo{fn, infix}, {v}));
 }
 
@@ -254,6 +289,10 @@ void op_invert(Tracer& t, const Instr&) { unary(t, "invert", "~"); }
 
 void op_not(Tracer& t, const Instr&) {
   ValuePtr v = t.pop();
+  if (t.inline_truth(v)) {  // its class's __bool__ / __len__, inlined: negated on its return
+    t.frame().result_truth = 2;
+    return;
+  }
   t.push(Value::constant(py::bool_(!t.truthy(v))));
 }
 
@@ -270,8 +309,9 @@ bool made_in_trace(const ValuePtr& v) {
 bool same_object_guarded(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs) {
   const bool same = lhs->obj.ptr() == rhs->obj.ptr();
   auto guarded_alone = [](const ValuePtr& v) {
+    // (class data is read as it is now: its identity too)
     return v->kind == VKind::kConst || is_identity_object(v->obj.ptr()) || v->is_special_object() ||
-           v->bound_self;
+           v->bound_self || (v->kind == VKind::kObject && v->frozen);
   };
   if (guarded_alone(lhs) || guarded_alone(rhs)) return same;
   if (lhs->source >= 0 && rhs->source >= 0) {
@@ -306,6 +346,48 @@ bool is_container(const ValuePtr& v) {
          v->kind == VKind::kIter;
 }
 
+bool holds_items(const ValuePtr& v) {
+  return v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict;
+}
+
+// `container is other` for a tuple, list or dict value of the trace. Only an object of its type
+// can be it; two read by source are as the guards keep them; a list or dict the trace made is a
+// new object. A tuple the trace made may be one read by source (tuple(t) is t): not decided.
+bool container_identity(Tracer& t, const ValuePtr& container, const ValuePtr& other) {
+  auto of_its_type = [&](PyObject* obj) {
+    return container->kind == VKind::kTuple ? PyTuple_Check(obj)
+                                            : container->kind == VKind::kList ? PyList_Check(obj) : PyDict_Check(obj);
+  };
+  if (other->kind == VKind::kIter) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", container->describe(), other->describe());
+  }
+  if (other->is_tensor()) return false;
+  if (holds_items(other) ? other->kind != container->kind : !of_its_type(other->obj.ptr())) return false;
+  if (container->source >= 0 && other->source >= 0) {
+    const bool same = t.entry().live_value(container->source) == t.entry().live_value(other->source);
+    if (same) {
+      t.entry().guard_same(container->source, other->source);
+    } else {
+      t.entry().guard_distinct(container->source, other->source);
+    }
+    return same;
+  }
+  // A list or dict the trace made is a new object (a frozen one is a copy of class data or of
+  // a __dict__, whose object may be the other).
+  auto new_object = [](const ValuePtr& v) {
+    return holds_items(v) && v->source < 0 && v->kind != VKind::kTuple && !v->frozen;
+  };
+  if (new_object(container) || new_object(other)) return false;
+  FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", container->describe(), other->describe());
+}
+
+// A constant, or an object that is no tensor (a singleton such as NotImplemented, a module).
+bool not_a_tensor(const ValuePtr& v) {
+  if (v->is_const()) return true;
+  return v->kind == VKind::kObject && !v->is_special_object() && !v->bound_self &&
+         !PyObject_TypeCheck(v->obj.ptr(), reinterpret_cast<PyTypeObject*>(PyRefs::get().tensor_type.ptr()));
+}
+
 void op_is(Tracer& t, const Instr& i) {
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
@@ -319,11 +401,13 @@ void op_is(Tracer& t, const Instr& i) {
   } else if ((lhs->kind == VKind::kConst || lhs->kind == VKind::kObject) &&
              (rhs->kind == VKind::kConst || rhs->kind == VKind::kObject)) {
     same = same_object_guarded(t, lhs, rhs);
-  } else if ((lhs->is_tensor() && rhs->is_const()) || (lhs->is_const() && rhs->is_tensor())) {
-    same = false;  // a tensor is never a constant such as None
+  } else if ((lhs->is_tensor() && not_a_tensor(rhs)) || (not_a_tensor(lhs) && rhs->is_tensor())) {
+    same = false;  // a tensor is never a constant such as None, or NotImplemented, or a module
   } else if ((lhs->is_const() && is_singleton(lhs->obj.ptr()) && is_container(rhs)) ||
              (rhs->is_const() && is_singleton(rhs->obj.ptr()) && is_container(lhs))) {
     same = false;  // `hidden_states is None` of a tuple: a tuple, list or dict is no None
+  } else if (holds_items(lhs) || holds_items(rhs)) {
+    same = container_identity(t, holds_items(lhs) ? lhs : rhs, holds_items(lhs) ? rhs : lhs);
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", lhs->describe(), rhs->describe());
   }

@@ -181,6 +181,11 @@ void op_store_attr(Tracer& t, const Instr& i) {  // [value, owner] -> owner.name
   if (t.store_attr(owner, t.co_name(i.arg), std::move(value))) t.frame().discard_result = true;
 }
 
+void op_delete_attr(Tracer& t, const Instr& i) {  // [owner] -> del owner.name
+  ValuePtr owner = t.pop();
+  if (t.delete_attr(owner, t.co_name(i.arg))) t.frame().discard_result = true;
+}
+
 void op_store_global(Tracer& t, const Instr& i) {
   t.store_global(t.co_name(i.arg), t.pop());
 }
@@ -197,6 +202,7 @@ void register_attr_ops(HandlerTable& table) {
   set(Op::STORE_SUBSCR, op_store_subscr);
   set(Op::DELETE_SUBSCR, op_delete_subscr);
   set(Op::STORE_ATTR, op_store_attr);
+  set(Op::DELETE_ATTR, op_delete_attr);
   set(Op::STORE_GLOBAL, op_store_global);
 }
 

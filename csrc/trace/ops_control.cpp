@@ -15,12 +15,20 @@ void op_jump(Tracer& t, const Instr& i) { t.jump(i.target); }
 
 // 3.13's TO_BOOL before a conditional jump: [value] -> [bool(value)].
 void op_to_bool(Tracer& t, const Instr& i) {
-  t.push(t.as_bool_for_jump(t.pop(), i));
+  ValuePtr value = t.pop();
+  if (t.inline_truth(value)) return;  // its __bool__ / __len__, inlined: the bool on its return
+  t.push(t.as_bool_for_jump(std::move(value), i));
 }
 
 template <bool kJumpIf>
 void op_pop_jump_if(Tracer& t, const Instr& i) {
   ValuePtr cond = t.pop();
+  if (cond->kind == VKind::kObject) {
+    // A class's own __bool__ / __len__ (`if cache:`): inlined, then this jump again on its bool.
+    t.repeat_instruction();
+    if (t.inline_truth(cond)) return;
+    t.jump(i.next);
+  }
   if (t.truthy(cond) == kJumpIf) t.jump(i.target);
 }
 
@@ -192,7 +200,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     it->over = seq->over;
     it->view = seq->method == "values" ? 'v' : seq->method == "items" ? 'i' : 'k';
     for (py::handle key : py::list(seq->over->obj)) it->keys.push_back(py::reinterpret_borrow<py::object>(key));
-    seq->over->iterated = true;  // a change of its size ends the region first (make_writable)
+    seq->over->add_iterator(it);  // a change of its size ends the region first (make_writable)
     return it;
   }
   if (reads_as_dict(seq, "__iter__")) {
@@ -201,7 +209,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     it->over = seq;
     it->view = 'k';
     for (py::handle key : py::list(seq->obj)) it->keys.push_back(py::reinterpret_borrow<py::object>(key));
-    seq->iterated = true;
+    seq->add_iterator(it);
     return it;
   }
   std::vector<ValuePtr> items;

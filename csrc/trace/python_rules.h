@@ -17,8 +17,10 @@ namespace framejit {
 ValuePtr wrap_unsourced(py::object value);
 
 // Data of a class read at trace time, unguarded, as its methods are (a dataclass's
-// __dataclass_fields__ and its Field objects): a dict becomes a copy no write may change, an
-// object a `frozen` kObject whose own attributes are read the same way.
+// __dataclass_fields__ and its Field objects, a registry of validator functions): a dict or
+// list becomes a copy no write may change (a tuple, one of the same items), an object a
+// `frozen` kObject whose own attributes (a function: its closure's contents) are read the
+// same way.
 ValuePtr class_data(py::object value);
 
 // The Python type a traced value has at run time (tensors: their exact type).

@@ -98,9 +98,9 @@ struct TraceFrame {
   // `on_found` where set (True), else the value returned.
   ValuePtr on_missing;
   ValuePtr on_found;
-  // A __contains__ inlined for `in` (1) / `not in` (2): the call's result is the truth of
-  // what it returns (negated for 2). A __len__ inlined for len() (3): what it returns, which
-  // must be a non-negative int known at trace time.
+  // A __contains__ inlined for `in` (1) / `not in` (2), a __bool__ / __len__ for a truth test
+  // (1): the call's result is the truth of what it returns (negated for 2). A __len__ inlined
+  // for len() (3): what it returns, which must be a non-negative int known at trace time.
   int result_truth = 0;
   // A __setattr__ / __setitem__ inlined for STORE_ATTR / STORE_SUBSCR: its result is dropped.
   bool discard_result = false;
@@ -211,6 +211,10 @@ class Tracer {
   // class's Python __setattr__ inlined (true: the call's frame is pushed; its result is the
   // caller's to set).
   bool store_attr(const ValuePtr& target, const std::string& name, ValuePtr value);
+  // del obj.name on an object the trace made: deleted, or its class's Python __delattr__
+  // inlined (true: the call's frame is pushed; its result is dropped). Unsupported on anything
+  // else.
+  bool delete_attr(const ValuePtr& target, const std::string& name);
   // The write of obj.name = value on an object that existed before (generic: object.__setattr__,
   // past the class's own), recorded for the exit; false (nothing inlined).
   bool record_store(const ValuePtr& target, const std::string& name, ValuePtr value, bool generic);
@@ -336,6 +340,30 @@ class Tracer {
   // Borrowed: name (an interned str).
   bool inline_special_method(const ValuePtr& self, PyObject* name, std::vector<ValuePtr> rest,
                              bool may_make_generator = false);
+  // The truth of an object (made in the trace or read by source) whose class decides it in
+  // Python (__bool__, else __len__): that method inlined, its result's truth pushed as a bool
+  // on its return (true: the call's frame is pushed).
+  bool inline_truth(const ValuePtr& value);
+  // `a <op> b` (a binary operator, its in-place form or a comparison) where the class of a or b
+  // defines the operator in Python (`__add__`, `__radd__`, `__iadd__`, `__eq__`, ...): the
+  // methods Python would try, in its order (a subclass's reflected method first, `!=` through
+  // `__eq__` negated), run by _python_forms.trace_operator, which returns the first answer that
+  // is not NotImplemented (true: its frame is pushed). What each lookup found is guarded. False,
+  // doing nothing, where neither class does, or where an attempt would be C code not known to
+  // answer NotImplemented (a builtin other than a number, None, str or a tensor).
+  struct OperatorMethods {
+    const char* name;       // "__add__", "__lt__"
+    const char* reflected;  // "__radd__", "__gt__"
+    const char* inplace;    // "__iadd__" for `+=`; nullptr otherwise
+    const char* symbol;     // "+", "+=", "<": for the TypeError
+    bool comparison;
+  };
+  bool inline_operator(const ValuePtr& a, const ValuePtr& b, const OperatorMethods& op);
+  // `-v` / `+v` / `~v` where the class of v defines `name` (`__neg__`, ...) as a Python function
+  // the policy traces: inlined (true).
+  bool inline_unary_operator(const ValuePtr& v, const char* name);
+  // The current instruction runs again once the frame goes on (after a call it inlined).
+  void repeat_instruction() { next_pc_ = frame().pc; }
   // BEFORE_WITH on an object whose class defines __enter__ and __exit__ as Python functions the
   // policy traces: pushes the bound __exit__ (a kWithExit value) and inlines __enter__, whose
   // result is pushed when it returns. False, doing nothing, for any other manager.
@@ -353,8 +381,20 @@ class Tracer {
   // cls(*args, **kwargs) for a plain user class: a kNewObject value, its __init__ inlined.
   void new_object(const ValuePtr& fn, py::handle cls, py::handle init, std::vector<ValuePtr> args,
                   KwValues kwargs);
+  // object.__new__(cls) of a plain class (copy.deepcopy's form): a kNewObject with no
+  // attributes yet (fn: the class's value, guarded where read by source).
+  ValuePtr blank_object(const ValuePtr& fn, py::handle cls);
+  // self.name as Python reads it on an object the trace made: through its class's Python
+  // __getattribute__ (a kAttrHook for the caller to inline; unsupported for how == kValue),
+  // or new_object_attr (how == kGeneric: as object.__getattribute__ finds it).
+  ValuePtr new_object_read(const ValuePtr& self, const std::string& name, AttrLookup how);
+  // What object.__getattribute__ finds: an attribute stored in the trace, else the class's.
   ValuePtr new_object_attr(const ValuePtr& self, const std::string& name);
+  // Whether object.__getattribute__ finds `name` on it (false: AttributeError).
+  bool new_object_has(const ValuePtr& self, const std::string& name);
   void new_object_store(const ValuePtr& self, const std::string& name, ValuePtr value);
+  // del self.name, as object.__delattr__ does it (an attribute the trace stored).
+  void new_object_delete(const ValuePtr& self, const std::string& name);
   // A method of a new object's builtin base (dict.get, OrderedDict.__setitem__,
   // object.__setattr__, reached by super() or inherited): on its items or attributes.
   ValuePtr new_object_method(const std::string& name, std::vector<ValuePtr>& args,
@@ -389,6 +429,7 @@ class Tracer {
 
  private:
   std::vector<py::object> made_sets_;  // held: an address is never another set's
+  std::vector<ValuePtr> recursive_functions_;  // the content of cells that hold them weakly
   void wrap_entry_stack();
   // Drops the frames above the first n (an exception or a caught AttributeError unwinding);
   // a generator among them is finished.

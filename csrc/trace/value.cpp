@@ -210,7 +210,7 @@ void Value::set_key(py::object key, ValuePtr value) {
     items[at] = std::move(value);
     return;
   }
-  if (iterated) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
+  if (being_iterated()) FJ_UNSUPPORTED(kSideEffect, "a dict changes size while a loop iterates it");
   keys.push_back(std::move(key));
   items.push_back(std::move(value));
 }
@@ -221,8 +221,16 @@ ValuePtr Value::iter_over(const ValuePtr& container, char view) {
   it->over = container;
   it->view = view;
   it->over_size = container->items.size();
-  if (container->kind == VKind::kDict) container->iterated = true;
+  if (container->kind == VKind::kDict) container->add_iterator(it);
   return it;
+}
+
+bool Value::being_iterated() const {
+  for (const std::weak_ptr<Value>& weak : iterators) {
+    const ValuePtr it = weak.lock();
+    if (it && !it->exhausted) return true;
+  }
+  return false;
 }
 
 namespace {

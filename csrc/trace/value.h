@@ -120,7 +120,10 @@ struct Value {
   py::object globals;            // kObject kMadeFunction: the function's globals dict
   bool frozen = false;           // kCell: a copy of a real cell's content, never stored into;
                                  // kDict: a copy of a new object's attributes (its __dict__)
-                                 // or of class data; kObject: class data (class_data)
+                                 // or of class data; kList, kObject: class data (class_data)
+  std::weak_ptr<Value> own_function;  // kCell whose content is a function made in the trace
+                                      // that closes over this very cell (a recursive nested
+                                      // def): held here weakly, by the tracer strongly
   py::object fn;                 // kSymNum computed by arithmetic: the operator function
   IterForm iter_form = IterForm::kItems;  // kIter
   size_t index = 0;              // kIter kItems / kOver / kRange: items consumed so far
@@ -131,9 +134,10 @@ struct Value {
   ValuePtr over;                 // kIter kOver / kReversed: the list or dict value of the
                                  // trace; kObject kDictView: its dict
   size_t over_size = 0;          // kIter kOver a dict: its size when the loop started
-  bool iterated = false;         // kDict (or a dict read by source): a loop iterated it; a
-                                 // change of its size then ends the region first, so the real
-                                 // iterator raises as in Python
+  std::vector<std::weak_ptr<Value>> iterators;  // kDict (or a dict read by source): the
+                                 // iterators made over it; while one of them is unfinished, a
+                                 // change of its size ends the region first, so the real
+                                 // iterator raises as in Python (see being_iterated)
   bool adopted = false;          // kList / kDict read by source that the trace changes: its
                                  // contents are the trace's, written into the real object at
                                  // the exit (Tracer::make_writable)
@@ -172,6 +176,10 @@ struct Value {
   // kDict: d[key] = value, a new key added last; a dict a loop iterates may not grow (the
   // region ends first, so the real iterator raises as in Python).
   void set_key(py::object key, ValuePtr value);
+  // kDict (or a dict read by source): an iterator made over it is alive and not exhausted
+  // (a finished loop's does not count: an exhausted dict iterator stays so in Python).
+  bool being_iterated() const;
+  void add_iterator(const ValuePtr& it) { iterators.push_back(it); }
 
   bool is_tensor() const { return kind == VKind::kTensor; }
   bool is_const() const { return kind == VKind::kConst; }

@@ -12,6 +12,7 @@ versions do. Nothing here is called outside a trace.
 """
 import collections
 import contextlib
+import copy
 import functools
 import heapq
 import itertools
@@ -311,8 +312,129 @@ def trace_defaultdict_missing(mapping, factory, key):
     return value
 
 
+# copy.deepcopy's own dispatch (copy._deepcopy_atomic): values it returns as they are.
+_DEEPCOPY_ATOMIC = frozenset({
+    type(None), type(Ellipsis), type(NotImplemented), int, float, bool, complex, bytes, str,
+    types.CodeType, type, range, types.BuiltinFunctionType, types.FunctionType, weakref.ref,
+    property,
+})
+
+
+def deepcopy_kind(cls):
+    """How copy.deepcopy copies an instance of cls, as its form below repeats it: "atomic"
+    (itself), "list" / "tuple" / "dict" (exact builtins, item by item), "self" (an Enum
+    member: Enum.__deepcopy__ gives itself; also torch.dtype / device / layout / memory_format,
+    which reduce to themselves or to an equal constant), "object" (an instance of a plain
+    Python class that copy rebuilds from its __reduce_ex__(4): object.__new__ and a deep copy
+    of its __dict__ set as its state, no __slots__ / __getstate__ / __setstate__ /
+    __getnewargs__ / __copy__ of its own, no copyreg entry), or None: anything else (a tensor,
+    a class with its own __deepcopy__ or reduction), which the trace does not copy. Called by
+    the tracer at trace time on a constant class (a pure builtin, see _support)."""
+    if cls in _DEEPCOPY_ATOMIC:
+        return "atomic"
+    if cls is list or cls is tuple or cls is dict:
+        return cls.__name__
+    import copyreg
+    import enum
+    import torch
+    if cls in (torch.dtype, torch.device, torch.layout, torch.memory_format) or (
+            isinstance(cls, enum.EnumMeta) and getattr(cls, "__deepcopy__", None) is enum.Enum.__deepcopy__):
+        return "self"
+    if cls in copyreg.dispatch_table or not isinstance(cls, type) or not cls.__flags__ & (1 << 9):
+        return None  # not a class statement's (a builtin, a C extension type)
+    if issubclass(cls, (dict, list, set, frozenset, tuple, BaseException, torch.Tensor, torch.nn.Module)):
+        return None
+    if type(cls) is not type or cls.__new__ is not object.__new__ or not cls.__dictoffset__:
+        return None
+    if (cls.__reduce_ex__ is not object.__reduce_ex__ or cls.__reduce__ is not object.__reduce__
+            or getattr(cls, "__getstate__", object.__getstate__) is not object.__getstate__):
+        return None
+    for name in ("__deepcopy__", "__setstate__", "__getnewargs__", "__getnewargs_ex__"):
+        if hasattr(cls, name):
+            return None
+    for klass in cls.__mro__[:-1]:
+        if "__slots__" in vars(klass):
+            return None
+    return "object"
+
+
+def deepcopy_untraced(x, memo):
+    """copy.deepcopy of a value its form does not copy (framejit's file: never traced, so the
+    call is a graph break and Python copies it)."""
+    import copy
+    return copy.deepcopy(x, memo)
+
+
+def trace_deepcopy(x, memo=None, _nil=None):
+    """copy.deepcopy, for the values deepcopy_kind names. Its memo is a list of
+    (original, copy) pairs compared by identity (copy's own keys id()s, which a value made in
+    the trace does not have yet); a memo passed in is copy's to use."""
+    if memo is not None:
+        return deepcopy_untraced(x, memo)
+    return _deepcopy_into(x, [])
+
+
+def _deepcopy_into(x, made):
+    kind = deepcopy_kind(type(x))
+    if kind == "atomic" or kind == "self":
+        return x
+    for original, copied in made:
+        if original is x:
+            return copied
+    if kind == "list":
+        y = []
+        made.append((x, y))
+        for item in x:
+            y.append(_deepcopy_into(item, made))
+        return y
+    if kind == "tuple":
+        items = [_deepcopy_into(item, made) for item in x]
+        for original, copied in made:  # the tuple held itself through a list: copy's answer
+            if original is x:
+                return copied
+        for item, copied in zip(x, items):
+            if item is not copied:
+                y = tuple(items)
+                made.append((x, y))
+                return y
+        return x  # nothing inside needed a copy
+    if kind == "dict":
+        y = {}
+        made.append((x, y))
+        for key, value in x.items():
+            y[_deepcopy_into(key, made)] = _deepcopy_into(value, made)
+        return y
+    if kind == "object":
+        y = object.__new__(type(x))
+        made.append((x, y))
+        for name, value in x.__dict__.items():
+            object.__setattr__(y, name, _deepcopy_into(value, made))
+        return y
+    return deepcopy_untraced(x, None)
+
+
+_FORMS[copy.deepcopy] = trace_deepcopy
+
+
+def trace_operator(a, b, attempts, failure):
+    """`a <op> b` where a class of a or b defines the operator in Python: the methods Python
+    tries, in its order, as the tracer found them on the classes (Tracer::inline_operator):
+    (method, reflected: called as method(b, a), negated: `!=` answered by `__eq__`). The first
+    answer that is not NotImplemented wins; if none, `==` / `!=` are identity ("is" / "is not")
+    and anything else raises the TypeError Python raises, whose text `failure` is."""
+    for method, reflected, negated in attempts:
+        result = method(b, a) if reflected else method(a, b)
+        if result is not NotImplemented:
+            return (not result) if negated else result
+    if failure == "is":
+        return a is b
+    if failure == "is not":
+        return a is not b
+    raise TypeError(failure)
+
+
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (trace_defaultdict_missing, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+for _helper in (trace_defaultdict_missing, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)

@@ -22,7 +22,7 @@ from . import _C
 SKIPPED_PACKAGES = (
     "numpy", "scipy", "pandas", "sklearn", "PIL", "matplotlib", "sympy", "mpmath", "networkx",
     "triton", "einops", "_pytest", "pytest", "pluggy", "tqdm", "IPython", "ipykernel", "jinja2",
-    "markupsafe", "filelock", "fsspec", "huggingface_hub", "safetensors", "tokenizers", "regex",
+    "markupsafe", "filelock", "fsspec", "safetensors", "tokenizers", "regex",
     "yaml", "packaging", "setuptools", "pip", "psutil", "requests", "urllib3",
     "typing_extensions.py", "six.py",
 )

@@ -9,6 +9,7 @@ import logging
 import math
 import operator
 import types
+import typing
 from collections import OrderedDict
 import warnings
 import weakref
@@ -18,8 +19,9 @@ import torch
 from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
-from ._python_forms import FORM_CLASSES, python_form  # noqa: F401  (python_form: looked up by the C++ core)
+from ._python_forms import FORM_CLASSES, deepcopy_kind, python_form  # noqa: F401  (python_form: looked up by the C++ core)
 from ._python_forms import trace_defaultdict_missing as defaultdict_missing  # noqa: F401  (the same)
+from ._python_forms import trace_operator as operator_form  # noqa: F401  (the same)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
 
 # Namespaces under torch whose functions are not graph operations: state, I/O, autograd
@@ -68,6 +70,8 @@ _PURE_BUILTINS = {
     builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
     builtins.sorted, builtins.list, builtins.hash, builtins.format, builtins.enumerate,
     builtins.zip, builtins.reversed, builtins.dict, builtins.slice,
+    deepcopy_kind,  # framejit's own: how copy.deepcopy copies a class (_python_forms)
+    typing.get_origin, typing.get_args,  # of annotations (strict dataclasses' validators)
 }
 
 # Tensor methods that need the data (or give it away): a graph cannot contain them.
@@ -97,7 +101,7 @@ def classify_callable(fn) -> CallableKind:
     try:
         if fn in _MODULE_LISTINGS:
             return CallableKind.MODULE_LISTING
-        if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr:
+        if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr or fn is builtins.delattr:
             return CallableKind.ATTRIBUTE_BUILTIN
         if fn is builtins.next:
             return CallableKind.NEXT_BUILTIN
@@ -520,10 +524,11 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
 
 def plain_class_init(cls):
     """For a plain user class (Python classes up to object, or up to dict / OrderedDict as
-    ModelOutput is; no __slots__, no custom __new__ / __getattribute__ / __getattr__, a
-    metaclass only if it leaves instance creation to type.__call__; a __setattr__ only if
-    written in Python, which the trace inlines): its __init__ function, or False when that is
-    object.__init__. None for any other class (not traced into)."""
+    ModelOutput is; no __slots__, no custom __new__ / __getattr__, a metaclass only if it
+    leaves instance creation to type.__call__; a __getattribute__ / __setattr__ only if
+    written in Python, which the trace inlines, as for transformers' configs): its __init__
+    function, or False when that is object.__init__. None for any other class (not traced
+    into)."""
     meta = type(cls)
     if not isinstance(cls, type) or meta.__call__ is not type.__call__:
         return None
@@ -532,7 +537,8 @@ def plain_class_init(cls):
     mapping = mapping_base(cls)
     if cls.__new__ is not (object.__new__ if mapping is None else dict.__new__):
         return None
-    if cls.__getattribute__ not in (object.__getattribute__, dict.__getattribute__):
+    if cls.__getattribute__ not in (object.__getattribute__, dict.__getattribute__) and not isinstance(
+            _class_attribute(cls, "__getattribute__"), types.FunctionType):
         return None
     if cls.__setattr__ not in (object.__setattr__, dict.__setattr__) and not isinstance(
             _class_attribute(cls, "__setattr__"), types.FunctionType):
@@ -620,6 +626,11 @@ def resolve_new_object_attribute(cls, name: str):
     if builtin is not None:
         return (AttrKind.BUILTIN_METHOD, builtin)  # obj.keys() of a dict subclass
     return _class_level_kind(found, found)
+
+
+def class_lacks(cls, name: str) -> bool:
+    """No class in cls's MRO defines `name` (an instance of cls finds it only in its own dict)."""
+    return _class_attribute(cls, name) is _MISSING
 
 
 def _grad_mode_classes():

@@ -308,6 +308,7 @@ class _Registry(collections.abc.Mapping):
 
 REGISTRY_MAPPING = _Registry()
 example("len(layers)")(lambda x: x * len(REGISTRY_MAPPING))
+example("if cache:")(lambda x: x + 1 if REGISTRY_MAPPING else x)
 example("\"sdpa\" in registry")(lambda x: x + 1 if "sdpa" in REGISTRY_MAPPING else x)
 
 
@@ -773,6 +774,41 @@ def ex_defaultdict_lambda(x):
 def ex_counter_made(x):
     counts = collections.Counter(["a", "b", "a"])
     return x * counts["a"] + counts["missing"]
+
+
+class _RenamingConfig:
+    attribute_map = {"hidden_size": "d_model"}
+
+    def __init__(self):
+        self.d_model = 4
+        self.decoder_layers = 2
+
+    def __getattribute__(self, key):
+        if key != "attribute_map" and key in super().__getattribute__("attribute_map"):
+            key = super().__getattribute__("attribute_map")[key]
+        return super().__getattribute__(key)
+
+
+@example("view = copy.deepcopy(config)", make=lambda: (torch.randn(4, 4), _RenamingConfig()))
+def ex_deepcopy_config(x, config):
+    import copy
+    view = copy.deepcopy(config)
+    view.d_model = 8
+    return x * view.hidden_size + config.hidden_size
+
+
+@example("del view.decoder_layers")
+def ex_del_attribute(x):
+    view = _RenamingConfig()
+    del view.decoder_layers
+    return x * view.hidden_size + hasattr(view, "decoder_layers")
+
+
+@example("def fact(n): return n * fact(n - 1)")
+def ex_recursive_nested_function(x):
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+    return x * fact(4)
 
 
 @example("c + c2")

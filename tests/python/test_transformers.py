@@ -326,9 +326,9 @@ def _small(config_class, model_class, **extra):
 
 # More families, in eval under no_grad, with the graphs torch.compile makes for each (measured on
 # these configs with transformers 5.x: 1 each). Bloom calls a custom autograd.Function, the MoE
-# models dispatch their experts through a registry held in a decorator's closure; T5 (and the
-# other encoder-decoder models with a flat config: BART, Marian, Pegasus, Whisper) still make 4:
-# their cache deep-copies the config (copy.deepcopy is not traced), so the ceiling is 4 there.
+# models dispatch their experts through a registry held in a decorator's closure; T5 and BART
+# (encoder-decoder models with a flat config) make their cache from a deep copy of the config,
+# renamed through delattr / setattr and, for BART, a strict dataclass's validators.
 MORE_FAMILIES = {
     "bloom": (_small(transformers.BloomConfig, transformers.BloomForCausalLM, n_layer=2,
                      n_head=4), 1),
@@ -341,7 +341,11 @@ MORE_FAMILIES = {
     "gemma2": (_small(transformers.Gemma2Config, transformers.Gemma2ForCausalLM, head_dim=16), 1),
     "gpt_neox": (_small(transformers.GPTNeoXConfig, transformers.GPTNeoXForCausalLM), 1),
     "t5": (_small(transformers.T5Config, transformers.T5ForConditionalGeneration, d_model=64,
-                  d_ff=128, d_kv=16, num_layers=2, num_heads=4, decoder_start_token_id=0), 4),
+                  d_ff=128, d_kv=16, num_layers=2, num_heads=4, decoder_start_token_id=0), 1),
+    "bart": (lambda: transformers.BartForConditionalGeneration(transformers.BartConfig(
+        vocab_size=1000, d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+        max_position_embeddings=128)), 1),
 }
 
 
