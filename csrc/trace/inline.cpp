@@ -271,13 +271,18 @@ bool Tracer::inline_operator(const ValuePtr& a, const ValuePtr& b, const Operato
     bool negated;
   };
   std::vector<Attempt> attempts;
-  std::vector<std::pair<const ValuePtr*, std::string>> looked_up;  // guarded once decided
+  struct Lookup {
+    const ValuePtr* operand;
+    std::string name;
+    PyObject* found;  // Borrowed; nullptr: absent
+  };
+  std::vector<Lookup> looked_up;  // guarded once decided
   // What `name` on `type` is for this operator; `hook` / `negated` set for a Python method.
   std::function<OperatorAnswer(const ValuePtr&, PyTypeObject*, const char*, PyObject**, bool*)> answer =
       [&](const ValuePtr& v, PyTypeObject* type, const char* name, PyObject** hook, bool* negated) {
         py::str key(name);
-        looked_up.emplace_back(&v, name);
         PyObject* found = _PyType_Lookup(type, key.ptr());  // Borrowed
+        looked_up.push_back({&v, name, found});
         if (found == nullptr) return OperatorAnswer::kNotImplemented;
         if (PyFunction_Check(found)) {
           if (!is_user_function(host_, found)) return OperatorAnswer::kUnknown;
@@ -318,11 +323,12 @@ bool Tracer::inline_operator(const ValuePtr& a, const ValuePtr& b, const Operato
   if (known && try_right && !subclass_first) known = attempt(b, tb, op.reflected, true);
   if (!known) return false;  // (no attempt at all: `==` is identity, anything else a TypeError)
 
-  for (const auto& [v, name] : looked_up) {
-    const ValuePtr& guarded = (*v)->is(ObjRole::kNewObject) ? (*v)->origin : *v;
+  for (const Lookup& lookup : looked_up) {
+    const ValuePtr& v = *lookup.operand;
+    const ValuePtr& guarded = v->is(ObjRole::kNewObject) ? v->origin : v;
     if (!guarded || guarded->source < 0) continue;
-    PyObject* found = _PyType_Lookup(special_method_class(*v), py::str(name).ptr());  // Borrowed
-    guard_class_attribute(guarded, name, found != nullptr, /*same_object=*/found != nullptr);
+    const bool present = lookup.found != nullptr;
+    guard_class_attribute(guarded, lookup.name, present, /*same_object=*/present);
   }
   for (const auto& [value, type, other] : {std::tuple{a, ta, b}, std::tuple{b, tb, a}}) {
     const ValuePtr& guarded = value->is(ObjRole::kNewObject) ? value->origin : value;

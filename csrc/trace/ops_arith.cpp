@@ -278,7 +278,7 @@ bool op_compare_value(Tracer& t, const Instr& i) {
 
 void unary(Tracer& t, const char* fn, const char* infix) {
   ValuePtr v = t.pop();
-  if (t.inline_unary_operator(v, (std::string("__") + fn + "__").c_str())) return;
+  if (v->kind == VKind::kObject && t.inline_unary_operator(v, (std::string("__") + fn + "__").c_str())) return;
   t.push(apply(t, OperatorInfo{fn, infix}, {v}));
 }
 
