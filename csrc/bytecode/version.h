@@ -74,5 +74,13 @@ inline uint64_t dict_version(PyObject* dict) {
   return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag;
 #pragma GCC diagnostic pop
 }
+// Whether every write into `dict` gives it a new version tag. 3.13 stores an instance attribute
+// straight into the object's inline values, which its materialised __dict__ shares (a split
+// table), and leaves the dict's tag as it was; a combined table (module globals, a dict made by
+// the program) still gets a new tag on every write.
+inline bool dict_version_tracks_writes(PyObject* dict) {
+  if constexpr (kIs313) return reinterpret_cast<PyDictObject*>(dict)->ma_values == nullptr;
+  return true;
+}
 
 }  // namespace framejit::pyver

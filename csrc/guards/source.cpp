@@ -9,12 +9,17 @@ namespace framejit {
 namespace {
 
 // The value this source found in `dict` last time, if the dict is unchanged since (Borrowed).
+// A dict whose tag does not follow its writes is never remembered, so it is looked up again.
 PyObject* cached_lookup(const Source& s, PyObject* dict) {
   if (s.cached_dict != dict || s.cached_version != pyver::dict_version(dict)) return nullptr;
   return s.cached_value;
 }
 
 void remember_lookup(const Source& s, PyObject* dict, PyObject* value) {
+  if (!pyver::dict_version_tracks_writes(dict)) {
+    s.cached_dict = nullptr;
+    return;
+  }
   s.cached_dict = dict;
   s.cached_version = pyver::dict_version(dict);
   s.cached_value = value;

@@ -380,6 +380,18 @@ bool Tracer::dict_by_source(const ValuePtr& dict,
 ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& args,
                                    const KwValues& kwargs) {
   const std::string which = py::str(fn.attr("__name__")).cast<std::string>();
+  if (which == "vars") {
+    // vars(obj) is obj.__dict__, read as Python reads it (through the class's own
+    // __getattribute__). vars() (the caller's locals) and an object with no __dict__ (Python's
+    // TypeError) are left to Python.
+    const ValuePtr* v = args.size() == 1 && kwargs.empty() ? &args[0] : nullptr;
+    if (v && ((*v)->kind == VKind::kObject || (*v)->is(ObjRole::kNewObject))) {
+      PyTypeObject* type = (*v)->is(ObjRole::kNewObject) ? reinterpret_cast<PyTypeObject*>((*v)->obj.ptr())
+                                                         : Py_TYPE((*v)->obj.ptr());
+      if (type->tp_dictoffset != 0) return read_attribute(*v, "__dict__", AttrLookup::kInlinable);
+    }
+    FJ_UNSUPPORTED(kUnsupportedCall, "vars() of {}", v ? (*v)->describe() : std::string("the caller's locals"));
+  }
   const size_t most = which == "hasattr" ? 2 : 3;
   if (!kwargs.empty() || args.size() < 2 || args.size() > most ||
       (which == "setattr" && args.size() != 3)) {

@@ -21,7 +21,7 @@ namespace framejit {
   V(kGradModeClone, GRAD_MODE_CLONE)      /* ctx_factory of a @torch.no_grad() wrapper */    \
   V(kGradModeWrapper, GRAD_MODE_WRAPPER)  /* that wrapper */                                 \
   V(kModuleListing, MODULE_LISTING)       /* Module.modules(), parameters(), ... */          \
-  V(kAttributeBuiltin, ATTRIBUTE_BUILTIN) /* getattr, hasattr, setattr */                    \
+  V(kAttributeBuiltin, ATTRIBUTE_BUILTIN) /* getattr, hasattr, setattr, delattr, vars */     \
   V(kNextBuiltin, NEXT_BUILTIN)           /* next */                                         \
   V(kCompilingFlag, COMPILING_FLAG)       /* torch.compiler.is_compiling & co: True here */ \
   V(kExportingFlag, EXPORTING_FLAG)       /* torch.compiler.is_exporting: False here */

@@ -101,7 +101,7 @@ def classify_callable(fn) -> CallableKind:
     try:
         if fn in _MODULE_LISTINGS:
             return CallableKind.MODULE_LISTING
-        if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr or fn is builtins.delattr:
+        if fn is builtins.getattr or fn is builtins.hasattr or fn is builtins.setattr or fn is builtins.delattr or fn is builtins.vars:
             return CallableKind.ATTRIBUTE_BUILTIN
         if fn is builtins.next:
             return CallableKind.NEXT_BUILTIN

@@ -267,3 +267,40 @@ def test_tuple_plus_size_is_a_size():
     compiled = framejit.compile(fn, backend=CompileCounter())
     out, is_size = compiled(torch.ones(2, 3))
     assert is_size and out.shape == (1, 2, 3)
+
+
+class Scaled:
+    def __init__(self):
+        self.scale = 2
+        self.shift = 1
+
+
+class ScaledThroughSetattr(Scaled):
+    def __setattr__(self, key, value):
+        super().__setattr__(key, value)
+
+
+@pytest.mark.parametrize("cls", [Scaled, ScaledThroughSetattr])
+@pytest.mark.parametrize("read", ["item", "items", "vars"])
+def test_an_instance_dict_read_by_item_sees_attribute_writes(cls, read):
+    # Python 3.13 writes an attribute into the object's inline values, which its __dict__
+    # shares, without a new dict version: the item guard must read the dict again.
+    o = cls()
+
+    def fn(x):
+        if read == "item":
+            return x * o.__dict__["scale"] + o.__dict__["shift"]
+        if read == "vars":
+            return x * vars(o)["scale"] + vars(o)["shift"]
+        total = x
+        for key, value in o.__dict__.items():
+            total = total * value if key == "scale" else total + value
+        return total
+
+    def write_scale():
+        o.scale = 5
+
+    def write_shift():
+        object.__setattr__(o, "shift", 7)
+
+    assert run_with_mutations(fn, [write_scale, write_shift]) == 3

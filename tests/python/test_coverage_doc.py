@@ -797,6 +797,11 @@ def ex_deepcopy_config(x, config):
     return x * view.hidden_size + config.hidden_size
 
 
+@example("vars(config)[\"d_model\"]", make=lambda: (torch.randn(4, 4), _RenamingConfig()))
+def ex_vars(x, config):
+    return x * vars(config)["d_model"] + len(vars(config))
+
+
 @example("del view.decoder_layers")
 def ex_del_attribute(x):
     view = _RenamingConfig()
