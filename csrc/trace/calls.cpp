@@ -107,6 +107,11 @@ bool is_python_constant(py::handle value) {
 }
 
 ValuePtr constant_result(py::object result, const std::string& what) {
+  if (PyFloat_Check(result.ptr()) && !PyFloat_CheckExact(result.ptr()) &&
+      std::string(Py_TYPE(result.ptr())->tp_name) == "numpy.float64") {
+    // np.sqrt(d_model): numpy's double, a float subclass, as the float of the same value.
+    result = py::float_(PyFloat_AsDouble(result.ptr()));
+  }
   if (PyTuple_CheckExact(result.ptr()) || PyList_CheckExact(result.ptr())) {
     std::vector<ValuePtr> items;
     for (py::handle item : result) {
@@ -1064,6 +1069,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
   }
   if (kind == CallableKind::kQuery || (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs))) {
+    if (kind == CallableKind::kQuery && args.size() == 1 && kwargs.empty() &&
+        args[0]->kind == VKind::kSymNum && callable_name(callable) == "is_tensor") {
+      return Value::constant(py::bool_(false));  // a number's type, whatever its value
+    }
     if (kind == CallableKind::kQuery) sizes_.make_constant_args(args, kwargs);
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{}() on values not known at trace time",

@@ -114,6 +114,20 @@ ValuePtr join_sequences(Tracer& t, const OperatorInfo& op, const std::vector<Val
   return Value::list(std::move(items));
 }
 
+// Two tuples (torch.Size among them) of ints and size expressions only.
+bool sized_tuples(const std::vector<ValuePtr>& args) {
+  if (args.size() != 2) return false;
+  for (const ValuePtr& tuple : args) {
+    if (tuple->kind != VKind::kTuple) return false;
+    for (const ValuePtr& item : tuple->items) {
+      const bool number = item->kind == VKind::kSymNum ? item->is_size_expr()
+                                                       : item->is_const() && PyLong_Check(item->obj.ptr());
+      if (!number) return false;
+    }
+  }
+  return true;
+}
+
 ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   bool tensor = false;
   for (const auto& a : args) tensor = tensor || a->is_tensor();
@@ -146,6 +160,20 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   }
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
+  if (sizes && (std::string(op.fn) == "eq" || std::string(op.fn) == "ne") &&
+      sized_tuples(args)) {
+    // `x.size() != (bsz * heads, T, S)`: item by item as Python compares tuples, each pair
+    // decided (and guarded) on its own, up to the first that differs.
+    const std::vector<ValuePtr>& a = args[0]->items;
+    const std::vector<ValuePtr>& b = args[1]->items;
+    bool equal = a.size() == b.size();
+    for (size_t i = 0; equal && i < a.size(); ++i) {
+      ValuePtr same = apply(t, kCompareOps[Py_EQ], {a[i], b[i]});
+      if (same->kind == VKind::kSymNum) same = t.sizes().decide(same);
+      equal = PyObject_IsTrue(same->obj.ptr()) == 1;
+    }
+    return Value::constant(py::bool_(std::string(op.fn) == "eq" ? equal : !equal));
+  }
   if (sizes) {
     for (auto& a : args) a = t.sizes().concretize(a);
   }

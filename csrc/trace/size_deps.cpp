@@ -6,6 +6,7 @@
 #include "trace/size_deps.h"
 
 #include <algorithm>
+#include <functional>
 #include <optional>
 #include <set>
 #include <vector>
@@ -120,9 +121,42 @@ bool splits(const std::string& text) {
                              "unsafe_split", "unsafe_chunk"});
 }
 
-// Whether node's rank is the same for any sizes of the inputs: no squeeze() and no tensor
-// reshaped in place among the nodes it is computed from. Memoised across walks; iterative,
-// as chains can be thousands of nodes long.
+// The input dimensions squeeze(input, dim) / squeeze(input, (d0, d1)) names; nullopt for a
+// squeeze of every size-1 dimension (which ones those are depends on the sizes).
+std::optional<std::vector<int>> squeezed_dims(const Node* node) {
+  if (!base_name_in(node->target_text, {"squeeze", "squeeze_copy"}) || node->args.empty()) {
+    return std::nullopt;
+  }
+  Node* input = tensor_arg(&node->args[0]);
+  const Arg* dims = arg_at(node, 1, "dim");
+  if (!input || !dims) return std::nullopt;
+  std::vector<Arg> items;
+  if (!sequence_items(*dims, items)) items = {*dims};
+  std::vector<int> out;
+  for (const Arg& item : items) {
+    std::optional<int> d = dim_arg(&item, std::max(rank_of(input), 1), -1);
+    if (!d || *d < 0) return std::nullopt;
+    out.push_back(*d);
+  }
+  return out;
+}
+
+// Whether squeeze(input, dims) removes the same dimensions for any input sizes: each named
+// size depends on no input size. Its arguments' ranks are known fixed.
+bool squeeze_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMemo& ranks) {
+  std::optional<std::vector<int>> dims = squeezed_dims(node);
+  if (!dims || rank_of(node->args[0].node) == 0) return false;
+  for (int d : *dims) {
+    SizeDeps deps;
+    add_size_deps(node->args[0].node, d, reshaped, ranks, deps);
+    if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return false;
+  }
+  return true;
+}
+
+// Whether node's rank is the same for any sizes of the inputs: no squeeze() of a dimension
+// whose size may be 1 or not, and no tensor reshaped in place among the nodes it is computed
+// from. Memoised across walks; iterative, as chains can be thousands of nodes long.
 bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMemo& ranks) {
   std::vector<Node*> stack{node};
   while (!stack.empty()) {
@@ -131,8 +165,7 @@ bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMe
       stack.pop_back();
       continue;
     }
-    if (top->kind == NodeKind::kPlaceholder ||
-        base_name_in(top->target_text, {"squeeze", "squeeze_", "squeeze_copy"})) {
+    if (top->kind == NodeKind::kPlaceholder || base_name_in(top->target_text, {"squeeze_"})) {
       ranks[top] = top->kind == NodeKind::kPlaceholder;
       stack.pop_back();
       continue;
@@ -153,6 +186,9 @@ bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMe
     if (fixed && !pending.empty()) {  // its arguments first
       stack.insert(stack.end(), pending.begin(), pending.end());
       continue;
+    }
+    if (fixed && base_name_in(top->target_text, {"squeeze", "squeeze_copy"})) {
+      fixed = squeeze_is_fixed(top, reshaped, ranks);
     }
     ranks[top] = fixed;
     stack.pop_back();
@@ -420,7 +456,13 @@ std::optional<DimRule> join_rule(Node* node, int dim) {
     if (rank_of(tensor) == expected) {
       rule.from.emplace_back(tensor, stack && dim > *at ? dim - 1 : dim);
     } else if (!stack && rank_of(tensor) == 1 && size_at(tensor, 0) == 0) {
-      empties.emplace_back(tensor, 0);  // stays empty, or the trace does not hold
+      // Stays empty, or the trace does not hold; one made empty whatever the input sizes (a
+      // cache's first torch.tensor([])) drops out.
+      bool made_from_nothing = tensor->kind != NodeKind::kPlaceholder;
+      auto any = [&made_from_nothing](Node*) { made_from_nothing = false; };
+      for (const Arg& arg : tensor->args) arg.for_each_node(any);
+      for (const auto& kw : tensor->kwargs) kw.second.for_each_node(any);
+      if (!made_from_nothing) empties.emplace_back(tensor, 0);
     } else {
       return std::nullopt;
     }
@@ -433,6 +475,69 @@ std::optional<DimRule> join_rule(Node* node, int dim) {
   return rule;
 }
 
+// The size arguments of a factory: torch.ones / zeros / empty / rand / randn (sizes, or one
+// sequence of them), torch.full (a sequence, then the value), x.new_ones / new_zeros /
+// new_empty / new_full (the same, after self); a size= keyword. nullopt for anything else.
+std::optional<std::vector<Arg>> factory_shape(const Node* node) {
+  const bool method = node->kind == NodeKind::kCallMethod;
+  const std::string& text = node->target_text;
+  const bool varargs = method ? base_name_in(text, {"new_ones", "new_zeros", "new_empty"})
+                              : base_name_in(text, {"ones", "zeros", "empty", "rand", "randn"});
+  const bool full = method ? base_name_in(text, {"new_full"}) : base_name_in(text, {"full"});
+  if (!varargs && !full) return std::nullopt;
+  if (!method && text.rfind("torch.", 0) != 0) return std::nullopt;
+  const size_t first = method ? 1 : 0;
+  std::vector<Arg> items;
+  for (const auto& [key, arg] : node->kwargs) {
+    if (key == "size") {
+      if (node->args.size() > first || !sequence_items(arg, items)) return std::nullopt;
+      return items;
+    }
+  }
+  if (node->args.size() <= first) return std::nullopt;
+  if (sequence_items(node->args[first], items)) {
+    if (node->args.size() > first + (full ? 2 : 1)) return std::nullopt;
+    return items;
+  }
+  if (full) return std::nullopt;
+  items.assign(node->args.begin() + first, node->args.end());
+  return items;
+}
+
+// repeat_interleave(input, repeats, dim) / Tensor.repeat(*sizes): output dimension `dim` is
+// input dimension `in_dim` (-1: a new leading one) times the repeat count `times`.
+struct Repeat {
+  Node* input = nullptr;
+  int in_dim = -1;
+  Arg times;
+};
+
+std::optional<Repeat> repeat_of(Node* node, int dim) {
+  Repeat repeat;
+  repeat.input = tensor_arg(arg_at(node, 0, "input"));
+  if (!repeat.input) return std::nullopt;
+  const int rank = rank_of(node);
+  const int in_rank = rank_of(repeat.input);
+  if (base_name_in(node->target_text, {"repeat_interleave"})) {
+    const Arg* times = arg_at(node, 1, "repeats");
+    std::optional<int> at = dim_arg(arg_at(node, 2, "dim"), rank, -1);
+    if (!times || times->kind == Arg::Kind::kTuple || times->kind == Arg::Kind::kList ||
+        (times->kind == Arg::Kind::kNode && is_tensor_node(times->node)) || !at || *at < 0 ||
+        rank != in_rank) {
+      return std::nullopt;  // per-element repeats, or flattened (no dim)
+    }
+    repeat.in_dim = dim;
+    repeat.times = dim == *at ? *times : Arg::constant(py::int_(1));
+    return repeat;
+  }
+  if (!base_name_in(node->target_text, {"repeat"}) || node->kind != NodeKind::kCallMethod) return std::nullopt;
+  const std::vector<Arg> sizes = shape_args(node);
+  if (static_cast<int>(sizes.size()) != rank || rank < in_rank) return std::nullopt;
+  repeat.in_dim = dim - (rank - in_rank);
+  repeat.times = sizes[dim];
+  return repeat;
+}
+
 // The rule of the op that made `node` for its size `dim`; nullopt where framejit knows none
 // (then the size depends on every size of every argument).
 std::optional<DimRule> dim_rule(Node* node, int dim) {
@@ -443,6 +548,18 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     Node* base = node->args[0].node;
     if (base->tuple_result) return split_item_rule(node, base, dim);
     if (!is_tensor_node(base)) return std::nullopt;
+    if (node->args.size() == 2 && node->args[1].kind == Arg::Kind::kNode &&
+        is_tensor_node(node->args[1].node)) {
+      // x[idx] with an integer tensor: idx's sizes, then x's past the first (a boolean mask
+      // gives as many as are true: no rule).
+      Node* index = node->args[1].node;
+      const std::string& dtype = index->metas[0].dtype;
+      if (dtype != "i64" && dtype != "i32" && dtype != "i16" && dtype != "i8") return std::nullopt;
+      const int index_rank = rank_of(index);
+      if (rank_of(base) == 0 || rank != index_rank + rank_of(base) - 1) return std::nullopt;
+      if (dim < index_rank) return rule_of(How::kEqual, {{index, dim}});
+      return rule_of(How::kEqual, {{base, dim - index_rank + 1}});
+    }
     auto source = index_source(node, base, dim);
     if (!source) return std::nullopt;
     if (source->dim < 0) return rule_of(How::kFixed);  // None: a new dimension of size 1
@@ -497,6 +614,17 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     if (!other || rank_of(other) != rank) return std::nullopt;
     return rule_of(How::kEqual, {{other, dim}});
   }
+  if (std::optional<std::vector<int>> squeezed = squeezed_dims(node)) {
+    // The named dimensions that are 1 go (rank_is_fixed: the same ones for any sizes).
+    Node* input = node->args[0].node;
+    int out = -1;
+    for (int d = 0; d < rank_of(input); ++d) {
+      const bool named = std::find(squeezed->begin(), squeezed->end(), d) != squeezed->end();
+      if (named && size_at(input, d) == 1) continue;
+      if (++out == dim) return rule_of(How::kEqual, {{input, d}});
+    }
+    return std::nullopt;
+  }
   if (base_name_in(text, {"unsqueeze"})) {
     Node* input = tensor_arg(arg_at(node, 0, "input"));
     std::optional<int> at = dim_arg(arg_at(node, 1, "dim"), rank, -1);
@@ -505,6 +633,40 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     return rule_of(How::kEqual, {{input, dim < *at ? dim : dim - 1}});
   }
   if (base_name_in(text, {"cat", "concat", "concatenate", "stack"})) return join_rule(node, dim);
+  if (std::optional<std::vector<Arg>> shape = factory_shape(node)) {
+    // torch.ones(B, T), x.new_zeros((B, T)): each size is its argument.
+    if (static_cast<int>(shape->size()) != rank) return std::nullopt;
+    const Arg& arg = (*shape)[dim];
+    if (arg.kind == Arg::Kind::kNode) return rule_of(How::kNumber, {{arg.node, -1}});
+    if (!const_int(&arg)) return std::nullopt;
+    return rule_of(How::kFixed);
+  }
+  if (std::optional<Repeat> repeat = repeat_of(node, dim)) {
+    std::optional<int64_t> times = const_int(&repeat->times);
+    if (times && (*times == 1 || repeat->in_dim < 0)) {
+      return repeat->in_dim < 0 ? rule_of(How::kFixed) : rule_of(How::kEqual, {{repeat->input, repeat->in_dim}});
+    }
+    DimRule rule = rule_of(How::kDepends);
+    if (repeat->in_dim >= 0) rule.from.emplace_back(repeat->input, repeat->in_dim);
+    repeat->times.for_each_node([&rule](Node* n) { rule.from.emplace_back(n, -1); });
+    return rule;
+  }
+  if (base_name_in(text, {"flatten"})) {
+    // flatten(start_dim, end_dim): the dims between merge into one (their product); the others
+    // are the input's, shifted down past the merged ones.
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    if (!input || rank_of(input) == 0) return std::nullopt;
+    const int in_rank = rank_of(input);
+    std::optional<int> start = dim_arg(arg_at(node, 1, "start_dim"), in_rank, 0);
+    std::optional<int> end = dim_arg(arg_at(node, 2, "end_dim"), in_rank, in_rank - 1);
+    if (!start || !end || *start > *end || rank != in_rank - (*end - *start)) return std::nullopt;
+    if (dim < *start) return rule_of(How::kEqual, {{input, dim}});
+    if (dim > *start) return rule_of(How::kEqual, {{input, dim + (*end - *start)}});
+    if (*start == *end) return rule_of(How::kEqual, {{input, dim}});
+    DimRule rule = rule_of(How::kDepends);
+    for (int d = *start; d <= *end; ++d) rule.from.emplace_back(input, d);
+    return rule;
+  }
   if (base_name_in(text, {"scaled_dot_product_attention"})) {
     // (..., L, E) queries, (..., S, Ev) values: the result is (..., L, Ev).
     Node* q = tensor_arg(arg_at(node, 0, "query"));
@@ -607,6 +769,7 @@ constexpr int64_t kLargestOffset = int64_t{1} << 40;
 
 bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
   into.not_one.insert(other.not_one.begin(), other.not_one.end());
+  into.pinned.insert(other.pinned.begin(), other.pinned.end());
   for (const auto& [key, factor] : other.terms) {
     int64_t& slot = into.terms[key];
     slot += scale * factor;
@@ -618,8 +781,9 @@ bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
 
 class Exact {
  public:
-  Exact(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, ExactMemo& memo)
-      : reshaped_(reshaped), ranks_(ranks), memo_(memo) {}
+  Exact(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, ExactMemo& memo,
+        const std::function<bool(Node*)>& pinnable)
+      : reshaped_(reshaped), ranks_(ranks), memo_(memo), pinnable_(pinnable) {}
 
   std::optional<LinearSize> size(Node* node, int dim) {
     auto key = std::make_pair(node, dim);
@@ -630,6 +794,9 @@ class Exact {
     --depth_;
     // The sum must give the size the trace sees (a rule applied wrongly gives up here).
     if (result && dim >= 0 && value_now(*result) != size_at(node, dim)) result.reset();
+
+
+
     memo_[key] = result;
     return result;
   }
@@ -656,6 +823,9 @@ class Exact {
     std::optional<LinearSize> result;
     if (std::optional<DimRule> rule = dim_rule(node, dim)) result = combine(node, dim, *rule);
     if (!result && base_name_in(node->target_text, {"arange"})) result = arange(node, dim);
+    if (!result && base_name_in(node->target_text, {"view", "reshape"})) result = view_rest(node, dim);
+    if (!result && base_name_in(node->target_text, {"flatten"})) result = flattened(node, dim);
+    if (!result) result = repeated(node, dim);
     if (result) return result;
     // A size that depends on no input size is the constant it has now.
     SizeDeps deps;
@@ -664,6 +834,167 @@ class Exact {
     LinearSize fixed;
     fixed.offset = size_at(node, dim);
     return fixed;
+  }
+
+  // A sum of pinnable sizes only becomes the constant it is now (its sizes listed as pinned);
+  // false for any other sum.
+  bool pin(LinearSize& sum) const {
+    for (const auto& term : sum.terms) {
+      if (!pinnable_(term.first.first)) return false;
+    }
+    for (const auto& term : sum.terms) sum.pinned.insert(term.first);
+    sum.offset = value_now(sum);
+    sum.terms.clear();
+    return true;
+  }
+
+  // A product of sizes, exact where at most one factor is not a constant (64 * T, not B * T).
+  // Where there are more, a factor made of sizes of pinnable inputs (a parameter's: hidden
+  // size, heads) counts as the constant it is now, and the result lists them as pinned.
+  // With `pin_all`, every such factor counts as its constant.
+  std::optional<LinearSize> product(std::vector<LinearSize> factors, bool pin_all = false) {
+    int variables = 0;
+    for (const LinearSize& factor : factors) variables += factor.terms.empty() ? 0 : 1;
+    LinearSize result;
+    for (LinearSize& factor : factors) {
+      if ((variables <= 1 && !pin_all) || variables == 0) break;
+      if (!factor.terms.empty() && pin(factor)) --variables;
+    }
+    if (variables > 1) return std::nullopt;
+    int64_t constant = 1;
+    const LinearSize* variable = nullptr;
+    for (const LinearSize& factor : factors) {
+      if (!factor.terms.empty()) {
+        variable = &factor;
+        continue;
+      }
+      result.pinned.insert(factor.pinned.begin(), factor.pinned.end());
+      result.not_one.insert(factor.not_one.begin(), factor.not_one.end());
+      if (__builtin_mul_overflow(constant, factor.offset, &constant) || constant >= kLargestOffset) {
+        return std::nullopt;
+      }
+    }
+    if (!variable) {
+      result.offset = constant;
+      return result;
+    }
+    if (!add_scaled(result, *variable, constant)) return std::nullopt;
+    return result;
+  }
+
+  // Sizes `d` of `node`, each exact, in `out`; false if one is not.
+  bool sizes_of(Node* node, int from, int to, std::vector<LinearSize>& out) {
+    for (int d = from; d < to; ++d) {
+      std::optional<LinearSize> part = size(node, d);
+      if (!part) return false;
+      out.push_back(std::move(*part));
+    }
+    return true;
+  }
+
+  // repeat_interleave / repeat: the input's size times the count (an int, or an int node).
+  std::optional<LinearSize> repeated(Node* node, int dim) {
+    std::optional<Repeat> repeat = repeat_of(node, dim);
+    if (!repeat) return std::nullopt;
+    std::vector<LinearSize> factors;
+    std::optional<LinearSize> times = argument(repeat->times);
+    if (!times) return std::nullopt;
+    factors.push_back(std::move(*times));
+    if (repeat->in_dim >= 0 && !sizes_of(repeat->input, repeat->in_dim, repeat->in_dim + 1, factors)) {
+      return std::nullopt;
+    }
+    return product(std::move(factors));
+  }
+
+  // flatten(start_dim, end_dim): along the merged dimension the product of the merged sizes.
+  std::optional<LinearSize> flattened(Node* node, int dim) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    if (!input || rank_of(input) == 0) return std::nullopt;
+    const int in_rank = rank_of(input);
+    std::optional<int> start = dim_arg(arg_at(node, 1, "start_dim"), in_rank, 0);
+    std::optional<int> end = dim_arg(arg_at(node, 2, "end_dim"), in_rank, in_rank - 1);
+    if (!start || !end || dim != *start || rank_of(node) != in_rank - (*end - *start)) return std::nullopt;
+    std::vector<LinearSize> merged;
+    if (!sizes_of(input, *start, *end + 1, merged)) return std::nullopt;
+    return product(merged);
+  }
+
+  // A factor that is one size times an int > 1 (bsz * heads) becomes the size; the int is
+  // returned, to multiply in where the factor was.
+  static std::optional<LinearSize> split_scale(LinearSize& factor) {
+    if (factor.terms.size() != 1 || factor.offset != 0 || factor.terms.begin()->second <= 1) {
+      return std::nullopt;
+    }
+    LinearSize scale;
+    scale.offset = factor.terms.begin()->second;
+    factor.terms.begin()->second = 1;
+    return scale;
+  }
+
+  // The -1 of a view / reshape: every size of the input over the other sizes asked for. Equal
+  // factors cancel (view(B, -1, h, d) of a (B, T, h * d) tensor is T); what is left must be at
+  // most one size times a constant, over a constant that divides it.
+  std::optional<LinearSize> view_rest(Node* node, int dim) {
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    const std::vector<Arg> shape = shape_args(node);
+    if (!input || static_cast<int>(shape.size()) != rank_of(node)) return std::nullopt;
+    std::optional<int64_t> rest = const_int(&shape[dim]);
+    if (!rest || *rest != -1) return std::nullopt;
+    std::vector<LinearSize> numerator;
+    if (!sizes_of(input, 0, rank_of(input), numerator)) return std::nullopt;
+    for (size_t i = 0, count = numerator.size(); i < count; ++i) {
+      if (std::optional<LinearSize> scale = split_scale(numerator[i])) numerator.push_back(std::move(*scale));
+    }
+    // The conditions and pins of every size used, cancelled or not.
+    std::set<std::pair<Node*, int>> not_one, pinned;
+    for (const LinearSize& part : numerator) {
+      not_one.insert(part.not_one.begin(), part.not_one.end());
+      pinned.insert(part.pinned.begin(), part.pinned.end());
+    }
+    std::vector<LinearSize> denominator;
+    for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+      if (i == dim) continue;
+      std::optional<LinearSize> part;
+      if (shape[i].kind == Arg::Kind::kNode) {
+        part = size(shape[i].node, -1);
+      } else if (std::optional<int64_t> value = const_int(&shape[i]); value && *value >= 0) {
+        part = LinearSize();
+        part->offset = *value;
+      }
+      if (!part) return std::nullopt;
+      not_one.insert(part->not_one.begin(), part->not_one.end());
+      pinned.insert(part->pinned.begin(), part->pinned.end());
+      if (std::optional<LinearSize> scale = split_scale(*part)) denominator.push_back(std::move(*scale));
+      if (part->terms.empty()) {
+        denominator.push_back(std::move(*part));
+        continue;
+      }
+      auto same = std::find(numerator.begin(), numerator.end(), *part);
+      if (same == numerator.end()) return std::nullopt;  // a size that does not cancel
+      numerator.erase(same);
+    }
+    std::optional<LinearSize> bottom = product(denominator);
+    if (!bottom || bottom->offset <= 0) return std::nullopt;
+    const int64_t divisor = bottom->offset;
+    auto divides = [divisor](const std::optional<LinearSize>& top) {
+      if (!top || top->offset % divisor != 0) return false;
+      for (const auto& term : top->terms) {
+        if (term.second % divisor != 0) return false;
+      }
+      return true;
+    };
+    std::optional<LinearSize> top = product(numerator);
+    // hidden / heads: a parameter's size over an int divides only as the constant it is now.
+    if (!divides(top)) top = product(numerator, true);
+    if (!divides(top)) return std::nullopt;
+    LinearSize result;
+    result.not_one = std::move(not_one);
+    result.not_one.insert(top->not_one.begin(), top->not_one.end());
+    result.pinned = std::move(pinned);
+    result.pinned.insert(top->pinned.begin(), top->pinned.end());
+    result.offset = top->offset / divisor;
+    for (const auto& [key, factor] : top->terms) result.terms[key] = factor / divisor;
+    return result;
   }
 
   std::optional<LinearSize> combine(Node* node, int dim, const DimRule& rule) {
@@ -695,16 +1026,24 @@ class Exact {
         // fails); constant 1s drop out; the rest must all be the same sum. Where some are not
         // known exactly, one input's size s is still the result while s is not 1 (the others
         // are s or 1, or the op fails): s, on that condition.
+        // A parameter's or buffer's size counts as the constant it is (position_ids[:, :T] is
+        // 1 by T however long the table).
         std::optional<LinearSize> chosen;
         bool unknown = false;
+        std::set<std::pair<Node*, int>> pinned_ones;
         for (const auto& [from, d] : rule.from) {
           std::optional<LinearSize> part = size(from, d);
           if (!part) {
             unknown = true;
             continue;
           }
+          if (!part->terms.empty()) pin(*part);
           if (part->terms.empty()) {
-            if (part->offset != 1) return part;
+            if (part->offset != 1) {
+              part->pinned.insert(pinned_ones.begin(), pinned_ones.end());
+              return part;
+            }
+            pinned_ones.insert(part->pinned.begin(), part->pinned.end());
             continue;
           }
           if (chosen && !(*chosen == *part)) return std::nullopt;
@@ -717,12 +1056,12 @@ class Exact {
             return std::nullopt;
           }
           chosen->not_one.insert(chosen->terms.begin()->first);
-          return chosen;
         }
-        if (chosen) return chosen;
         LinearSize one;
         one.offset = 1;
-        return one;
+        LinearSize& result = chosen ? *chosen : one;
+        result.pinned.insert(pinned_ones.begin(), pinned_ones.end());
+        return result;
       }
       case How::kDepends:
         return std::nullopt;
@@ -813,6 +1152,7 @@ class Exact {
   const std::unordered_set<Node*>& reshaped_;
   RankMemo& ranks_;
   ExactMemo& memo_;
+  const std::function<bool(Node*)>& pinnable_;
   int depth_ = 0;
 };
 
@@ -825,11 +1165,28 @@ void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshape
   walk.run();
 }
 
-void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
-                          RankMemo& ranks, SizeDeps& out) {
+void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped, RankMemo& ranks,
+                          ExactMemo& memo, const std::function<bool(Node*)>& pinnable,
+                          SizeDeps& out, std::set<std::pair<Node*, int>>& not_one) {
   Walk walk(reshaped, ranks, out);
   std::vector<std::pair<Node*, int>> from;
-  if (!split_count_from(split, from)) all_argument_sizes(split, from);
+  if (!split_count_from(split, from)) {
+    all_argument_sizes(split, from);
+  } else {
+    // from[0] is the split dimension; the rest, split sizes or counts given as sizes.
+    Exact exact(reshaped, ranks, memo, pinnable);
+    std::optional<LinearSize> size = exact.size(from[0].first, from[0].second);
+    bool conditions = size.has_value();  // each on a placeholder, which the caller can guard
+    for (const auto& [node, dim] : size ? size->not_one : std::set<std::pair<Node*, int>>()) {
+      conditions = conditions && node->kind == NodeKind::kPlaceholder;
+    }
+    if (conditions) {
+      not_one.insert(size->not_one.begin(), size->not_one.end());
+      for (const auto& term : size->terms) out.dims.insert(term.first);
+      out.dims.insert(size->pinned.begin(), size->pinned.end());
+      from.erase(from.begin());
+    }
+  }
   walk.push_all(from);
   walk.run();
 }
@@ -839,8 +1196,9 @@ bool LinearSize::operator==(const LinearSize& other) const {
 }
 
 std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
-                                     RankMemo& ranks, ExactMemo& memo) {
-  Exact exact(reshaped, ranks, memo);
+                                     RankMemo& ranks, ExactMemo& memo,
+                                     const std::function<bool(Node*)>& pinnable) {
+  Exact exact(reshaped, ranks, memo, pinnable);
   return exact.size(node, dim);
 }
 

@@ -7,6 +7,7 @@
 // rule for depends on every size of every argument (a superset, so always safe).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -34,10 +35,6 @@ using RankMemo = std::unordered_map<Node*, bool>;
 void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
                    RankMemo& ranks, SizeDeps& out);
 
-// Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on.
-void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped,
-                          RankMemo& ranks, SizeDeps& out);
-
 // A size known exactly from input sizes: the sum of factor * size `dim` of a tensor
 // placeholder, plus a constant. `q.shape[2]` after `x.view(B, T, nh, hs).transpose(1, 2)` is
 // 1 * x's size 1; the key of a cache concatenated onto the new keys is past + new.
@@ -48,6 +45,10 @@ struct LinearSize {
   // known exactly: the broadcast is x's size unless that is 1); whoever relies on the sum
   // guards them.
   std::set<std::pair<Node*, int>> not_one;
+  // Input sizes the sum takes as the constants they are now (a parameter's size multiplying
+  // another size: view(B, -1, heads, d) of a (B, T, hidden) tensor is T * hidden / (heads * d));
+  // whoever relies on the sum pins them.
+  std::set<std::pair<Node*, int>> pinned;
   bool operator==(const LinearSize& other) const;  // the same sum (conditions aside)
 };
 // Results of exact_size by (node, dim), valid while no node is added to `reshaped`.
@@ -56,8 +57,18 @@ using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;
 // Size `dim` of tensor node `node` (dim -1: the value of an int node) as a LinearSize, where
 // the rules of the ops that made it say exactly what it is (a transpose moves a size, a view
 // takes its size expression, cat adds its pieces', broadcasting keeps the one that is not 1,
-// a size that depends on no input is a constant); nullopt where they do not.
+// a size that depends on no input is a constant); nullopt where they do not. Sizes of the
+// placeholders `pinnable` accepts may be taken as constants where a product needs them to be.
 std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
-                                     RankMemo& ranks, ExactMemo& memo);
+                                     RankMemo& ranks, ExactMemo& memo,
+                                     const std::function<bool(Node*)>& pinnable);
+
+// Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on:
+// the input sizes of the split dimension's size where that is exact (a chunk of a parameter's
+// size: the parameter's, pinned), else what it is computed from. The exact size holds while
+// the placeholder sizes added to `not_one` are not 1 (placeholders all: the caller guards them).
+void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped, RankMemo& ranks,
+                          ExactMemo& memo, const std::function<bool(Node*)>& pinnable,
+                          SizeDeps& out, std::set<std::pair<Node*, int>>& not_one);
 
 }  // namespace framejit

@@ -218,7 +218,17 @@ void SizeTracker::note_dim_read(const ValuePtr& tensor, int dim, const std::stri
 
 void SizeTracker::note_split_count(Node* split, const std::string& what) {
   SizeDeps deps;
-  add_split_count_deps(split, reshaped_, ranks_, deps);
+  std::set<std::pair<Node*, int>> not_one;
+  const std::function<bool(Node*)> parameter = [this](Node* n) { return is_module_state(n); };
+  add_split_count_deps(split, reshaped_, ranks_, exact_, parameter, deps, not_one);
+  for (const auto& [node, dim] : not_one) {
+    const int slot = entry_.slot_of_placeholder(node);
+    if (slot < 0) {
+      deps.all = true;  // a condition no guard can check: every size pinned
+      continue;
+    }
+    guard_range({slot, dim}, SizeRelation::kNe, 1, what);
+  }
   note_size_deps(deps, what);
 }
 
@@ -300,7 +310,25 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
 std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value) {
   Node* node = value->size_of ? value->size_of->node : nullptr;
   if (node == nullptr) return std::nullopt;
-  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_);
+  const std::function<bool(Node*)> parameter = [this](Node* n) { return is_module_state(n); };
+  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_, parameter);
+}
+
+bool SizeTracker::is_module_state(Node* node) const {
+  const int slot = entry_.slot_of_placeholder(node);
+  if (slot < 0 || reshaped_.count(node)) return false;
+  static PyObject* const kParameter =
+      py::object(py::module_::import("torch.nn").attr("Parameter")).release().ptr();  // kept
+  PyObject* live = entry_.live_value(slot);
+  if (live != nullptr && PyObject_TypeCheck(live, reinterpret_cast<PyTypeObject*>(kParameter))) {
+    return true;
+  }
+  // module._buffers[name]
+  const Source& source = entry_.sources().at(slot);
+  if (source.kind != SourceKind::kItem || source.base < 0) return false;
+  const Source& dict = entry_.sources().at(source.base);
+  return dict.kind == SourceKind::kAttr && dict.key && PyUnicode_Check(dict.key.ptr()) &&
+         PyUnicode_CompareWithASCIIString(dict.key.ptr(), "_buffers") == 0;
 }
 
 std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
@@ -335,6 +363,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   };
   std::map<std::pair<const void*, int>, Term> terms;
   std::set<std::pair<Node*, int>> not_one;  // conditions of the exact sizes used (LinearSize)
+  SizeDeps pinned;                          // module state sizes they took as constants
   int64_t offset = 0;
   auto add_term = [&](const void* key, int dim, int64_t factor, int slot) {
     Term& term = terms[{key, dim}];
@@ -361,6 +390,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
         add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
       }
       for (const auto& key : exact->not_one) not_one.insert(key);
+      pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
       offset += scale * exact->offset;
       return true;
     }
@@ -369,11 +399,44 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     if ((op == "add" || op == "sub") && v->items.size() == 2) {
       return linear(v->items[0], scale) && linear(v->items[1], op == "add" ? scale : -scale);
     }
+    if (op == "mul" && v->items.size() == 2) {  // bsz * num_heads: a size times an int
+      for (int side = 0; side < 2; ++side) {
+        const ValuePtr& factor = v->items[side];
+        if (!factor->is_const() || !PyLong_CheckExact(factor->obj.ptr())) continue;
+        int overflow = 0;
+        const int64_t n = PyLong_AsLongLongAndOverflow(factor->obj.ptr(), &overflow);
+        int64_t scaled = 0;
+        if (overflow != 0 || __builtin_mul_overflow(scale, n, &scaled) || scaled > (int64_t{1} << 40) ||
+            scaled < -(int64_t{1} << 40)) {
+          return false;
+        }
+        return linear(v->items[1 - side], scaled);
+      }
+      return false;
+    }
     if (op == "neg" && v->items.size() == 1) return linear(v->items[0], -scale);
     if (op == "pos" && v->items.size() == 1) return linear(v->items[0], scale);
     return false;
   };
   if (linear(value->items[0], 1) && linear(value->items[1], -1)) {
+    // A module's parameter or buffer size against an input's (`max_pos > self.weights.size(0)`):
+    // the module's is pinned, the input's gets a range.
+    int state = 0, others = 0;
+    for (const auto& [key, term] : terms) {
+      if (term.factor == 0) continue;
+      const bool is_state = term.slot >= 0 && is_module_state(static_cast<Node*>(const_cast<void*>(key.first)));
+      (is_state ? state : others) += 1;
+    }
+    if (state > 0 && others > 0) {
+      for (auto& [key, term] : terms) {
+        Node* node = static_cast<Node*>(const_cast<void*>(key.first));
+        if (term.factor == 0 || term.slot < 0 || !is_module_state(node)) continue;
+        offset += term.factor * node->metas[0].sizes[term.dim];
+        pinned.dims.emplace(node, term.dim);
+        term.factor = 0;
+      }
+    }
+    if (!pinned.dims.empty()) note_size_deps(pinned, "a module's parameter or buffer size in a sum or product of sizes");
     std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
     bool inputs = true;
     for (const auto& [key, term] : terms) {
@@ -465,15 +528,49 @@ ValuePtr SizeTracker::decide_empty(const ValuePtr& value, SizeRelation rel) {
   if (!collect(product) || factors.size() < 2) return nullptr;  // one size: a range below
   // Not empty (product != 0, > 0): every size at least 1, each a range; empty: pinned.
   if (rel != SizeRelation::kNe && rel != SizeRelation::kGt) return nullptr;
+  // A factor that is not an input's size but exactly a sum of them (a cache's keys: the cat of
+  // the new keys onto an empty tensor) is at least 1 where its constant is, or else where each
+  // size in it is (sizes never negative; factors all positive).
+  std::vector<std::pair<int, int>> at_least_one;
+  std::set<std::pair<int, int>> not_one;
+  SizeDeps pinned;
   for (const ValuePtr& factor : factors) {
-    if (input_size_of(factor).first < 0) return nullptr;
+    if (input_size_of(factor).first >= 0) {
+      at_least_one.push_back(input_size_of(factor));
+      continue;
+    }
+    std::optional<LinearSize> exact = exact_size_of(factor);
+    if (!exact) return nullptr;
+    std::vector<std::pair<int, int>> sizes;
+    for (const auto& [key, coefficient] : exact->terms) {
+      const int slot = entry_.slot_of_placeholder(key.first);
+      if (coefficient < 0 || slot < 0) return nullptr;
+      sizes.emplace_back(slot, key.second);
+    }
+    for (const auto& [node, dim] : exact->not_one) {
+      const int slot = entry_.slot_of_placeholder(node);
+      if (slot < 0) return nullptr;
+      not_one.emplace(slot, dim);
+    }
+    pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
+    if (exact->offset >= 1) continue;
+    if (exact->offset < 0 || sizes.empty()) return nullptr;
+    at_least_one.insert(at_least_one.end(), sizes.begin(), sizes.end());
   }
-  for (const ValuePtr& factor : factors) size_range(value, input_size_of(factor), SizeRelation::kGe, 1);
+  if (!pinned.dims.empty()) note_size_deps(pinned, "a module's parameter or buffer size in a product of sizes");
+  for (const auto& size : not_one) guard_range(size, SizeRelation::kNe, 1, "a comparison");
+  for (const auto& size : at_least_one) size_range(value, size, SizeRelation::kGe, 1);
   return Value::constant(value->obj);
 }
 
 ValuePtr SizeTracker::size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel,
                                  int64_t c) {
+  guard_range(size, rel, c, "a comparison");
+  return Value::constant(value->obj);
+}
+
+void SizeTracker::guard_range(std::pair<int, int> size, SizeRelation rel, int64_t c,
+                              const std::string& what) {
   TensorSpec::DimRange range{size.second, INT64_MIN, INT64_MAX};
   switch (rel) {
     case SizeRelation::kLt: range.hi = c - 1; break;
@@ -488,14 +585,12 @@ ValuePtr SizeTracker::size_range(const ValuePtr& value, std::pair<int, int> size
   for (const TensorSpec::DimRange& known : ranges) {
     if (known.dim == range.dim && known.lo == range.lo && known.hi == range.hi &&
         known.outside == range.outside) {
-      return Value::constant(value->obj);  // guarded already (each layer asks again)
+      return;  // guarded already (each layer asks again)
     }
   }
   ranges.push_back(range);
-  dim_reads_.push_back(fmt::format("{}.size({}) {} {}: a comparison at {}",
-                                   entry_.sources().at(size.first).text, size.second,
-                                   relation_text(rel), c, recorder_.site().here()));
-  return Value::constant(value->obj);
+  dim_reads_.push_back(fmt::format("{}.size({}) {} {}: {} at {}", entry_.sources().at(size.first).text,
+                                   size.second, relation_text(rel), c, what, recorder_.site().here()));
 }
 
 ValuePtr SizeTracker::scalar_input(const ValuePtr& value) {

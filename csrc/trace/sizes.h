@@ -116,12 +116,18 @@ class SizeTracker {
   std::pair<int, int> input_size_of(const ValuePtr& value) const;
   // decide() for `size REL c` (not ==): a range of that size, guarded; the comparison's result.
   ValuePtr size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel, int64_t c);
+  // Guards input size (slot, dim) REL c, shown in the guards log as `what` here.
+  void guard_range(std::pair<int, int> size, SizeRelation rel, int64_t c, const std::string& what);
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
   std::unordered_set<Node*> reshaped_;
   RankMemo ranks_;
   ExactMemo exact_;
-  // Size `size_dim` of the tensor `value` is a size of, as exact input sizes (exact_size).
+  // Size `size_dim` of the tensor `value` is a size of, as exact input sizes (exact_size), where
+  // module state's sizes may count as constants (pinned by whoever relies on the result).
   std::optional<LinearSize> exact_size_of(const ValuePtr& value);
+  // A placeholder for a parameter or a module's buffer: sizes that change only when the model
+  // does (torch.compile keeps them static), which a product of sizes may take as constants.
+  bool is_module_state(Node* node) const;
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
   std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;
   // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.

@@ -120,6 +120,8 @@ def classify_callable(fn) -> CallableKind:
     module = getattr(fn, "__module__", None) or ""
     if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
         return CallableKind.BUILTIN
+    if type(fn).__name__ == "ufunc" and type(fn).__module__ == "numpy":
+        return CallableKind.BUILTIN  # np.sqrt(d_model): elementwise math, folded on constants
     if fn in _NULL_CONTEXTS:
         return CallableKind.NULL_CONTEXT
     if isinstance(fn, type):

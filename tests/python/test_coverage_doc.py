@@ -19,6 +19,7 @@ import types
 import typing
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn as nn
@@ -270,6 +271,7 @@ def ex_training(x):
 example("len(xs)")(lambda x: x * len([x, x]))
 example("max(x.shape) * min(3, 1)")(lambda x: x * (max(x.shape) * min(3, 1)))
 example("math.sqrt(x.shape[-1])")(lambda x: x / math.sqrt(x.shape[-1]))
+example("np.sqrt(self.d_model_size)")(lambda x: x * np.sqrt(OBJ.sides) + np.exp(0.0))
 example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
 example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))

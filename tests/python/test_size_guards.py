@@ -269,3 +269,147 @@ def rms_normalised_rows(x):
 
 def test_reductions_keep_the_input_sizes_they_keep():
     assert count_graphs(rms_normalised_rows, [((2, 3, 4),), ((5, 3, 6),), ((5, 4, 6),)]) == 2
+
+
+# Library code (transformers' attention, rotary, MoE and cache code) reads sizes of tensors made
+# from a module's parameters and buffers. Those sizes change only when the model does, so a
+# product or sum of sizes may take them as the constants they are (pinned, and guarded): the
+# batch and sequence sizes stay free. Each module below is one such pattern.
+class HeadsView(torch.nn.Module):  # OPT: view(bsz, -1, heads, head_dim), then a length test
+    def __init__(self):
+        super().__init__()
+        self.q_proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        bsz = x.shape[0]
+        q = self.q_proj(x).view(bsz, -1, 2, 4).transpose(1, 2)  # -1: T * 8 / (2 * 4)
+        return q * 2 if q.shape[2] > 1 else q
+
+
+class HeadsMerged(HeadsView):  # XGLM: reshape(bsz * heads, -1, head_dim) and a shape check
+    def forward(self, x):
+        b, t, _ = x.size()
+        k = self.q_proj(x).view(b, t, 2, 4).transpose(1, 2).reshape(b * 2, -1, 4)
+        if k.size() != (b * 2, t, 4):
+            raise ValueError(f"unexpected {k.size()}")
+        return k * 2 if k.shape[1] > 1 else k
+
+
+class QkvChunks(torch.nn.Module):  # DeBERTa: position table slice, view(size()[:-1] + (h, -1)), chunk
+    def __init__(self):
+        super().__init__()
+        self.in_proj = torch.nn.Linear(8, 24)
+        self.positions = torch.nn.Embedding(32, 8)
+        self.register_buffer("position_ids", torch.arange(32).expand((1, -1)), persistent=False)
+
+    def forward(self, x):
+        h = x + self.positions(self.position_ids[:, : x.shape[1]])
+        qp = self.in_proj(h)
+        q, k, v = qp.view(qp.size()[:-1] + (2, -1)).permute(0, 2, 1, 3).chunk(3, dim=-1)
+        return q * k + v
+
+
+class Rotary(torch.nn.Module):  # Helium, GLM, Cohere: repeat_interleave'd frequencies, rotate_half
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 4, 2).float() / 4)))
+
+    def forward(self, x):
+        t = torch.arange(x.shape[1], dtype=torch.float32)
+        emb = (t[:, None] * self.inv_freq[None, :]).repeat_interleave(2, dim=-1)
+        y = x * emb.cos()
+        rotated = torch.stack((-y[..., 1::2], y[..., 0::2]), dim=-1).flatten(-2)
+        out = y + rotated * emb.sin()
+        if out.shape[-1] == x.shape[-1] <= 256:  # sdpa's head-size test
+            return out
+        return out * 0
+
+
+class Experts(torch.nn.Module):  # MoE: weights picked per token, bmm, squeeze, chunk into gate, up
+    def __init__(self):
+        super().__init__()
+        self.gate_up = torch.nn.Parameter(torch.randn(4, 6, 8))
+
+    def forward(self, x):
+        idx = torch.zeros(x.shape[0], dtype=torch.long)
+        out = torch.bmm(self.gate_up[idx], x.unsqueeze(-1)).squeeze(-1)
+        gate, up = out.chunk(2, dim=-1)
+        return gate.sigmoid() * up
+
+
+class CacheFirstUpdate(torch.nn.Module):  # T5's cache: keys cat onto torch.tensor([]), numel() == 0
+    def __init__(self):
+        super().__init__()
+        self.k = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        keys = torch.cat([torch.tensor([]), self.k(x)], dim=-2)
+        if keys.numel() == 0:
+            return x
+        return keys * 2
+
+
+class PositionTable(torch.nn.Module):  # XGLM: grows its table when 2 + T passes its length
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("weights", torch.randn(16, 4))
+
+    def forward(self, x):
+        max_pos = 2 + x.shape[1]
+        if not torch.is_tensor(max_pos) and max_pos > self.weights.size(0):
+            return x * 2
+        return x + self.weights[2:max_pos]
+
+
+def padded_mask(x):  # BioGPT: a mask of ones, padded by a walrus-assigned length
+    b, t = x.shape[:2]
+    mask = torch.ones(b, 0 + t)
+    if (pad := t - mask.shape[-1]) > 0:
+        mask = F.pad(mask, (0, pad))
+    return x * mask[..., None]
+
+
+def input_heads_view(x):  # the input's own sizes are never taken as constants
+    q = x.view(x.shape[0], -1, 4, 2).transpose(1, 2)  # -1: T * H / 8, H an input size
+    return q * 2 if q.shape[2] > 1 else q
+
+
+SEQUENCES = [((2, 5, 8),), ((3, 9, 8),), ((4, 7, 8),)]
+LIBRARY_CASES = [
+    (HeadsView(), SEQUENCES + [((4, 1, 8),)], 2),  # T = 1 takes the other branch
+    (HeadsMerged(), SEQUENCES + [((4, 1, 8),)], 2),
+    (QkvChunks(), SEQUENCES, 1),
+    (Rotary(), [((2, 5, 4),), ((3, 9, 4),), ((1, 2, 4),)], 1),
+    (Experts(), [((3, 8),), ((5, 8),), ((9, 8),)], 1),
+    (CacheFirstUpdate(), [((2, 3, 4),), ((5, 7, 4),)], 1),
+    (PositionTable(), [((2, 3, 4),), ((3, 9, 4),), ((2, 14, 4),), ((2, 15, 4),)], 2),
+    (padded_mask, SEQUENCES, 1),
+    (input_heads_view, SEQUENCES, 3),
+]
+
+
+@pytest.mark.parametrize("fn, calls, graphs", LIBRARY_CASES,
+                         ids=[getattr(c[0], "__name__", type(c[0]).__name__) for c in LIBRARY_CASES])
+def test_module_state_sizes_leave_batch_and_length_free(fn, calls, graphs):
+    assert count_graphs(fn, calls) == graphs
+
+
+def test_a_module_state_size_taken_as_a_constant_is_guarded(caplog):
+    model = HeadsView()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    framejit.set_logs("guards", handler=False)
+    try:
+        with caplog.at_level(logging.INFO, logger="framejit"):
+            x = torch.randn(2, 1, 8)  # one row per head: the `else` branch, with a range guard on T
+            assert same(compiled(x), model(x))
+    finally:
+        framejit.set_logs()
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "_parameters['weight'].size(0): a module's parameter or buffer size" in text
+    # A wider projection: view(bsz, -1, 2, 4) now makes 2 rows per head for the same input, so
+    # the `> 1` branch; only the pinned weight size tells the graph is stale.
+    model.q_proj.weight = torch.nn.Parameter(torch.randn(16, 8))
+    model.q_proj.bias = torch.nn.Parameter(torch.randn(16))
+    assert same(compiled(x), model(x))
+    assert counter.frame_count == 2
