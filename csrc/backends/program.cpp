@@ -3,7 +3,8 @@
 
 #include <c10/util/Exception.h>
 
-#include <sstream>
+#include <charconv>
+#include <string>
 
 namespace framejit::native {
 
@@ -179,123 +180,168 @@ namespace {
 
 std::string register_name(int reg) { return reg >= 0 ? "%" + std::to_string(reg) : "_"; }
 
-// The shortest text that reads back as the same double (1e-05, not 1.0000000000000001e-05).
-std::string shortest_double(double value) {
-  for (int precision = 6; precision < 17; ++precision) {
-    std::ostringstream out;
-    out.precision(precision);
-    out << value;
-    if (std::stod(out.str()) == value) return out.str();
-  }
-  std::ostringstream out;
-  out.precision(17);
-  out << value;
-  return out.str();
+// The program's text is built as a std::string, numbers with std::to_chars and anything else
+// by name, never through a std::ostream: a stream made in this library and written by
+// libtorch's printers (or the other way round) crashed where the extension's build linked
+// parts of libstdc++ statically (the GPU machine's toolchain, docs/cuda.md).
+
+// The shortest text that reads back as the same double (1e-05, not 1.0000000000000001e-05),
+// kept looking like a float (2.0, not 2).
+std::string double_text(double value) {
+  char buffer[64];
+  const std::to_chars_result done = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  std::string text(buffer, done.ptr);
+  if (text.find_first_of(".eni") == std::string::npos) text += ".0";
+  return text;
 }
 
-// Enum arguments are boxed as ints; print them by name.
-void print_constant(std::ostream& out, const c10::IValue& value, const c10::TypePtr& type) {
-  if (value.isDouble()) {
-    const std::string text = shortest_double(value.toDouble());
-    // Keep a float looking like one: 2.0, not 2.
-    const bool plain = text.find_first_of(".eni") == std::string::npos;
-    out << text << (plain ? ".0" : "");
-    return;
+const char* layout_name(c10::Layout layout) {
+  switch (layout) {
+    case c10::kStrided: return "Strided";
+    case c10::kSparse: return "Sparse";
+    case c10::kSparseCsr: return "SparseCsr";
+    case c10::kMkldnn: return "Mkldnn";
+    default: return "Layout?";
   }
-  c10::TypePtr t = type;
-  if (t->kind() == c10::TypeKind::OptionalType) t = t->containedType(0);
+}
+
+const char* memory_format_name(c10::MemoryFormat format) {
+  switch (format) {
+    case c10::MemoryFormat::Contiguous: return "Contiguous";
+    case c10::MemoryFormat::Preserve: return "Preserve";
+    case c10::MemoryFormat::ChannelsLast: return "ChannelsLast";
+    case c10::MemoryFormat::ChannelsLast3d: return "ChannelsLast3d";
+    default: return "MemoryFormat?";
+  }
+}
+
+std::string sizes_text(c10::IntArrayRef sizes) {
+  std::string text;
+  for (size_t i = 0; i < sizes.size(); ++i) text += (i ? ", " : "") + std::to_string(sizes[i]);
+  return text;
+}
+
+std::string scalar_text(const c10::Scalar& scalar) {
+  if (scalar.isBoolean()) return scalar.toBool() ? "True" : "False";
+  if (scalar.isIntegral(false)) return std::to_string(scalar.toLong());
+  if (scalar.isFloatingPoint()) return double_text(scalar.toDouble());
+  const c10::complex<double> z = scalar.toComplexDouble();
+  return "complex(" + double_text(z.real()) + ", " + double_text(z.imag()) + ")";
+}
+
+// Enum arguments are boxed as ints; printed by name.
+std::string constant_text(const c10::IValue& value, const c10::TypePtr& type) {
+  if (value.isNone()) return "None";
+  if (value.isBool()) return value.toBool() ? "True" : "False";
+  if (value.isDouble()) return double_text(value.toDouble());
   if (value.isInt()) {
+    c10::TypePtr t = type;
+    if (t->kind() == c10::TypeKind::OptionalType) t = t->containedType(0);
     switch (t->kind()) {
       case c10::TypeKind::ScalarTypeType:
-        out << c10::toString(static_cast<c10::ScalarType>(value.toInt()));
-        return;
+        return c10::toString(static_cast<c10::ScalarType>(value.toInt()));
       case c10::TypeKind::LayoutType:
-        out << static_cast<c10::Layout>(value.toInt());
-        return;
+        return layout_name(static_cast<c10::Layout>(value.toInt()));
       case c10::TypeKind::MemoryFormatType:
-        out << static_cast<c10::MemoryFormat>(value.toInt());
-        return;
+        return memory_format_name(static_cast<c10::MemoryFormat>(value.toInt()));
       default:
-        break;
+        return std::to_string(value.toInt());
     }
   }
-  if (value.isString()) {
-    out << '\'' << value.toStringRef() << '\'';
-    return;
+  if (value.isSymInt()) {
+    const c10::SymInt size = value.toSymInt();
+    if (auto known = size.maybe_as_int()) return std::to_string(*known);
+    return "<symbolic int>";
   }
-  out << value;
+  if (value.isString()) return "'" + value.toStringRef() + "'";
+  if (value.isDevice()) return "device('" + value.toDevice().str() + "')";
+  if (value.isScalar()) return scalar_text(value.toScalar());
+  if (value.isTensor()) {
+    const at::Tensor& tensor = value.toTensor();
+    // A number where the schema wants a tensor (x.add(1)): the number.
+    if (tensor.unsafeGetTensorImpl()->is_wrapped_number()) return scalar_text(tensor.item());
+    return std::string("tensor(") + c10::toString(tensor.scalar_type()) + "[" +
+           sizes_text(tensor.sizes()) + "])";
+  }
+  if (value.isList()) {
+    std::string text = "[";
+    const c10::List<c10::IValue> items = value.toList();
+    for (size_t i = 0; i < items.size(); ++i) {
+      text += (i ? ", " : "") + constant_text(items.get(i), c10::AnyType::get());
+    }
+    return text + "]";
+  }
+  if (value.isTuple()) {
+    std::string text = "(";
+    const auto& items = value.toTupleRef().elements();
+    for (size_t i = 0; i < items.size(); ++i) text += (i ? ", " : "") + constant_text(items[i], c10::AnyType::get());
+    return text + (items.size() == 1 ? ",)" : ")");
+  }
+  return "<" + value.tagKind() + ">";
 }
 
-void print_operand(std::ostream& out, const Operand& operand, const c10::TypePtr& type) {
+std::string operand_text(const Operand& operand, const c10::TypePtr& type) {
   switch (operand.kind) {
     case Operand::Kind::kRegister:
-      out << register_name(operand.reg);
-      return;
+      return register_name(operand.reg);
     case Operand::Kind::kConstant:
-      print_constant(out, operand.constant, type);
-      return;
+      return constant_text(operand.constant, type);
     case Operand::Kind::kList: {
-      out << '[';
+      std::string text = "[";
       const c10::TypePtr& elem = operand.list_type->containedType(0);
       for (size_t i = 0; i < operand.items.size(); ++i) {
-        if (i) out << ", ";
-        print_operand(out, operand.items[i], elem);
+        text += (i ? ", " : "") + operand_text(operand.items[i], elem);
       }
-      out << ']';
-      return;
+      return text + "]";
     }
   }
+  return "?";
 }
 
 }  // namespace
 
 std::string Program::to_string(const std::string& name) const {
-  std::ostringstream out;
-  out << "def " << name << "(";
-  for (int i = 0; i < num_inputs_; ++i) out << (i ? ", " : "") << register_name(i);
-  out << "):\n";
+  std::string out = "def " + name + "(";
+  for (int i = 0; i < num_inputs_; ++i) out += (i ? ", " : "") + register_name(i);
+  out += "):\n";
+  auto registers = [](const std::vector<int>& regs) {
+    std::string text;
+    for (size_t i = 0; i < regs.size(); ++i) text += (i ? ", " : "") + register_name(regs[i]);
+    return text;
+  };
   for (const Instruction& instr : instructions_) {
-    out << "    ";
+    out += "    ";
     if (!instr.unpack.empty()) {
-      out << '[';
-      for (size_t i = 0; i < instr.unpack.size(); ++i) {
-        out << (i ? ", " : "") << register_name(instr.unpack[i]);
-      }
-      out << "] = ";
+      out += "[" + registers(instr.unpack) + "] = ";
     } else if (!instr.outputs.empty()) {
-      for (size_t i = 0; i < instr.outputs.size(); ++i) {
-        out << (i ? ", " : "") << register_name(instr.outputs[i]);
-      }
-      out << " = ";
+      out += registers(instr.outputs) + " = ";
     }
     if (!instr.op) {
-      out << instr.call_name << '(';
+      out += instr.call_name + "(";
       for (size_t i = 0; i < instr.args.size(); ++i) {
-        if (i) out << ", ";
-        print_operand(out, instr.args[i], c10::AnyType::get());
+        out += (i ? ", " : "") + operand_text(instr.args[i], c10::AnyType::get());
       }
-      out << ")\n";
+      out += ")\n";
       continue;
     }
     const c10::FunctionSchema& schema = instr.op->schema();
-    out << schema.name();
-    if (!schema.overload_name().empty()) out << '.' << schema.overload_name();
-    out << '(';
+    out += schema.name();
+    if (!schema.overload_name().empty()) out += "." + schema.overload_name();
+    out += "(";
     const auto& params = schema.arguments();
     for (size_t i = 0; i < instr.args.size(); ++i) {
-      if (i) out << ", ";
-      if (params[i].kwarg_only()) out << params[i].name() << '=';
-      print_operand(out, instr.args[i], params[i].type());
+      if (i) out += ", ";
+      if (params[i].kwarg_only()) out += params[i].name() + "=";
+      out += operand_text(instr.args[i], params[i].real_type());  // ScalarType, not int
     }
-    out << ")\n";
+    out += ")\n";
   }
-  out << "    return (";
+  out += "    return (";
   for (size_t i = 0; i < outputs_.size(); ++i) {
-    if (i) out << ", ";
-    print_operand(out, outputs_[i], c10::AnyType::get());
+    out += (i ? ", " : "") + operand_text(outputs_[i], c10::AnyType::get());
   }
-  out << (outputs_.size() == 1 ? ",)\n" : ")\n");
-  return out.str();
+  out += outputs_.size() == 1 ? ",)\n" : ")\n";
+  return out;
 }
 
 }  // namespace framejit::native

@@ -174,7 +174,7 @@ class GRUSequence(nn.Module):
         self.out = nn.Linear(hidden, 3)
 
     def forward(self, xs):
-        h = torch.zeros(xs.size(1), self.hidden)
+        h = torch.zeros(xs.size(1), self.hidden, device=xs.device)
         outputs = []
         for x_t in xs:
             h = self.cell(x_t, h)

@@ -131,6 +131,25 @@ def test_output_code_prints_one_aten_op_per_line(caplog):
     assert "= aten::t(%1)" in text and "= aten::mm(%0, %" in text and "aten::gelu(" in text
 
 
+def test_output_code_prints_constants_as_python_would(caplog):
+    def f(x):
+        y = F.layer_norm(x[:, 1:3], (2,), eps=1e-5) * 2 + 0.1
+        return y.to(torch.float16, memory_format=torch.contiguous_format).expand(4, 3, 2)
+
+    framejit.set_logs("output_code", handler=False)
+    compiled = framejit.compile(f, backend="native")
+    x = torch.randn(3, 4)
+    with caplog.at_level(logging.INFO, logger="framejit.output_code"):
+        assert same(compiled(x), f(x))
+    text = "\n".join(r.getMessage() for r in caplog.records if r.name == "framejit.output_code")
+    # Sizes, wrapped numbers, floats, dtypes and memory formats each as one short token.
+    assert "aten::slice.Tensor(%0, 1, 1, 3, 1)" in text
+    assert "aten::mul.Tensor(%" in text and ", 2)" in text and ", 0.1, alpha=1)" in text
+    assert ", 1e-05)" in text
+    assert "dtype=Half" in text and "memory_format=Contiguous" in text
+    assert "[4, 3, 2]" in text and "Type{}" not in text
+
+
 def _graph_module(fn, *args):
     return torch.fx.symbolic_trace(fn), list(args)
 
