@@ -36,6 +36,9 @@ class Unsupported : public std::runtime_error {
   BreakKind kind() const { return kind_; }
   const std::string& hint() const { return hint_; }
   int pc = -1;  // filled in by the tracer loop
+  // The traced program itself raised here (a subscript of None, a raise with no handler), as
+  // opposed to a construct framejit does not trace (FJ_PROGRAM_RAISED).
+  bool program_raised = false;
 
  private:
   BreakKind kind_;
@@ -55,3 +58,10 @@ class Unsupported : public std::runtime_error {
 
 #define FJ_UNSUPPORTED(kind, ...) \
   throw ::framejit::Unsupported(::framejit::BreakKind::kind, fmt::format(__VA_ARGS__))
+
+#define FJ_PROGRAM_RAISED(kind, ...)                                                          \
+  do {                                                                                        \
+    ::framejit::Unsupported raised_(::framejit::BreakKind::kind, fmt::format(__VA_ARGS__));  \
+    raised_.program_raised = true;                                                            \
+    throw raised_;                                                                            \
+  } while (0)

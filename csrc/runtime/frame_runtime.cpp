@@ -220,6 +220,9 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   // is to get symbolic sizes (runtime/dynamic_shapes.h); a region that ends at an instruction
   // using one is traced again with sizes as constants (see StaticSizesRetrace).
   bool symbolic_sizes = ctx.any_sizes || wants_symbolic_trace(ctx, state, pc, code, fs);
+  // What compiling flags answer: True, unless the program raised on the path that took
+  // (see CompilingFlagRetrace).
+  bool compiling_answer = true;
   // Returns false with the Python exception set for Ctrl-C while tracing (the user's, not ours).
   auto trace = [&]() {
     constexpr int kMaxAttempts = 64;
@@ -227,9 +230,12 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
       traced->sizes().set_symbolic(symbolic_sizes);
       traced->sizes().set_number_inputs(ctx.any_sizes);
+      traced->set_compiling_answer(compiling_answer);
       try {
         traced->run();
         return true;
+      } catch (const CompilingFlagRetrace&) {
+        compiling_answer = false;
       } catch (const StaticSizesRetrace&) {
         symbolic_sizes = false;
       } catch (const InlineBreak& inner) {

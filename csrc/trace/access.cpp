@@ -730,7 +730,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       try {
         return Value::constant(base->obj[k]);
       } catch (const py::error_already_set& e) {
-        FJ_UNSUPPORTED(kUnsupportedValue, "subscript raised: {}", e.what());
+        FJ_PROGRAM_RAISED(kUnsupportedValue, "subscript raised: {}", e.what());
       }
     }
     case VKind::kObject:

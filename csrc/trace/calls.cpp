@@ -696,7 +696,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     throw TracedRaise{simple_exception(py::handle(PyExc_StopIteration), py::tuple(), py::dict())};
   }
   if (kind == CallableKind::kCompilingFlag && args.empty() && kwargs.empty()) {
-    return Value::constant(py::bool_(true));  // the library takes its compile-friendly path
+    // True: the library takes its compile-friendly path (False where that path raised: see
+    // CompilingFlagRetrace).
+    compiling_asked_ = compiling_asked_ || compiling_answer_;
+    return Value::constant(py::bool_(compiling_answer_));
   }
   if (kind == CallableKind::kExportingFlag && args.empty() && kwargs.empty()) {
     return Value::constant(py::bool_(false));  // a compile, not an export
@@ -1051,8 +1054,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         try {
           result = callable(*py::tuple(values));
         } catch (const py::error_already_set& e) {
-          FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}",
-                         callable_name(callable), e.what());
+          FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() raised at trace time: {}",
+                            callable_name(callable), e.what());
         }
         // A size stays symbolic through builtins that give a number (max(n, 1), math.sqrt(d));
         // range(n), str(n), ... need its value.
@@ -1091,8 +1094,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       return constant_result(call_python(callable, args, kwargs), callable_name(callable));
     } catch (const py::error_already_set& e) {
-      FJ_UNSUPPORTED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
-                     e.what());
+      FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
+                        e.what());
     }
   }
   if (kind == CallableKind::kBuiltin) {

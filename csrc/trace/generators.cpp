@@ -196,8 +196,8 @@ void Tracer::raise_exception(const ValuePtr& exc) {
     // CPython's from the first raise on, its exception state being CPython's to keep.
     throw InlineBreak{root_raise_, "an exception the root frame raises again"};
   }
-  FJ_UNSUPPORTED(kUnsupportedOpcode, "raise {} ({}) with no handler inside the trace",
-                 safe_type_name(exc->obj), py::str(exc->obj).cast<std::string>());
+  FJ_PROGRAM_RAISED(kUnsupportedOpcode, "raise {} ({}) with no handler inside the trace",
+                    safe_type_name(exc->obj), py::str(exc->obj).cast<std::string>());
 }
 
 }  // namespace framejit

@@ -383,7 +383,7 @@ ValuePtr Tracer::set_method(const ValuePtr& self, const std::string& name,
   try {
     result = self->obj.attr(name.c_str())(*py::tuple(py_args));
   } catch (const py::error_already_set& e) {  // s.remove(missing), unhashable items
-    FJ_UNSUPPORTED(kUnsupportedValue, "set.{} raised: {}", name, e.what());
+    FJ_PROGRAM_RAISED(kUnsupportedValue, "set.{} raised: {}", name, e.what());
   }
   if (PySet_CheckExact(result.ptr())) return made_set(std::move(result));
   return Value::constant(std::move(result));

@@ -51,7 +51,7 @@ ValuePtr fold(const char* fn_name, const std::vector<ValuePtr>& args) {
     py::object result = fn(*py::tuple(py_args));
     return Value::constant(result);
   } catch (const py::error_already_set& e) {
-    FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} raised at trace time: {}", fn_name, e.what());
+    FJ_PROGRAM_RAISED(kUnsupportedValue, "operator.{} raised at trace time: {}", fn_name, e.what());
   }
 }
 
@@ -202,7 +202,7 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
       t.note_runtime_number(number);
       return number;
     } catch (const py::error_already_set& e) {
-      FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} raised at trace time: {}", op.fn, e.what());
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "operator.{} raised at trace time: {}", op.fn, e.what());
     }
   }
   return fold(op.fn, args);

@@ -29,4 +29,11 @@ struct InlineBreak {
 // so a symbolic size never makes a region shorter than a constant one would.
 struct StaticSizesRetrace {};
 
+// Thrown out of Tracer::run when the traced program raised (Unsupported::program_raised) after
+// the trace had answered a compiling flag (`is_torchdynamo_compiling()`, ...) True: the
+// library's compile-only path fails where its eager one does not (switch_transformers leaves
+// its attention mask None "under compile", then indexes it). The caller retraces with the
+// flags answering False, as eager's Python would.
+struct CompilingFlagRetrace {};
+
 }  // namespace framejit

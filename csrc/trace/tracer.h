@@ -123,8 +123,11 @@ class Tracer {
 
   // Traces from the entry to the first exit and fills exit(). Instructions the tracer cannot
   // handle end the region there (see ExitKind). Throws InlineBreak when an inlined callee
-  // cannot be traced, StaticSizesRetrace, InternalError on framejit bugs.
+  // cannot be traced, StaticSizesRetrace, CompilingFlagRetrace, InternalError on framejit bugs.
   void run();
+  // What `torch.compiler.is_compiling()` and the library checks built on it answer: True
+  // unless a trace that answered True raised (CompilingFlagRetrace).
+  void set_compiling_answer(bool answer) { compiling_answer_ = answer; }
 
   // ---- components ----
   EntryState& entry() { return entry_; }
@@ -472,6 +475,8 @@ class Tracer {
   // the trace starts again with that raise left to CPython.
   CallSite root_raise_;
   std::vector<const Value*> root_caught_;  // the exceptions a root frame's handler took
+  bool compiling_answer_ = true;
+  bool compiling_asked_ = false;  // a compiling flag answered True in this trace
   std::vector<bool> entry_nulls_;
   int next_pc_ = 0;
   int steps_ = 0;

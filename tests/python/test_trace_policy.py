@@ -88,6 +88,40 @@ def test_is_compiling_answers_true_while_traced_as_under_torch_compile():
     assert same(torch.compile(f, backend="eager")(x), x + 1)  # what torch.compile does
 
 
+def _mask_made_only_in_eager(x, mask=None):
+    # switch_transformers' encoder: under compile the mask is left None, then indexed.
+    if mask is None and not torch.compiler.is_compiling():
+        mask = torch.ones_like(x)
+    return x * mask[None]
+
+
+def _raises_only_in_eager(x):
+    if not torch._dynamo.is_compiling():
+        raise ValueError("eager only")
+    return x + 1
+
+
+def _raises_in_both(x, mask=None):
+    if torch.compiler.is_compiling():
+        x = x * 2
+    return x * mask[None]
+
+
+def test_a_compile_path_that_raises_is_traced_again_as_eager_runs_it():
+    counter = CompileCounter()
+    x = torch.randn(3)
+    # The compile path (is_compiling() True) raises where eager's does not: traced again with
+    # the flag False, in one graph, with eager's result.
+    assert same(framejit.compile(_mask_made_only_in_eager, backend=counter)(x),
+                _mask_made_only_in_eager(x))
+    assert counter.frame_count == 1 and counter.op_count == 3  # ones_like, getitem, mul
+    # Where the compile path does not raise, True stands.
+    assert same(framejit.compile(_raises_only_in_eager, backend=CompileCounter())(x), x + 1)
+    # Where eager raises too, the error is eager's.
+    with pytest.raises(TypeError, match="not subscriptable"):
+        framejit.compile(_raises_in_both, backend=CompileCounter())(x)
+
+
 def test_imports_inside_a_function_of_modules_already_imported_stay_in_the_graph():
     def f(x):
         import math as m
