@@ -150,7 +150,8 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
       static_cast<size_t>(PyObject_Size(v->obj.ptr())) > kMaxItems) {
     return false;
   }
-  if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()))) {
+  if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()) ||
+                         PyAnySet_Check(v->obj.ptr()) || PyList_CheckExact(v->obj.ptr()))) {
     for (py::handle item : v->obj) {
       out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
@@ -927,6 +928,23 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == CallableKind::kBuiltin && callable.ptr() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
     return dict_call(args, kwargs);
+  }
+  if (PyCFunction_Check(callable.ptr()) &&
+      PyCFunction_GET_SELF(callable.ptr()) == reinterpret_cast<PyObject*>(&PyDict_Type) &&
+      callable_name(callable) == "fromkeys" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
+    // dict.fromkeys(keys, value=None): a new dict of the trace, each key to the one value.
+    std::vector<ValuePtr> keys;
+    if (!iterable_items(sizes_.concretize(args[0]), keys)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "dict.fromkeys() of {}", args[0]->describe());
+    }
+    const ValuePtr value = args.size() == 2 ? args[1] : Value::constant(py::none());
+    ValuePtr out = Value::dict({}, {});
+    for (const ValuePtr& key_in : keys) {
+      const ValuePtr key = sizes_.concretize(key_in);
+      if (!key->is_constant_tree()) FJ_UNSUPPORTED(kUnsupportedCall, "dict.fromkeys() key {}", key->describe());
+      out->set_key(key->as_python(), value);
+    }
+    return out;
   }
   if (callable.ptr() == refs.defaultdict_type.ptr()) {
     // defaultdict(list), defaultdict(int, pairs), defaultdict(lambda: 0): a dict of the trace

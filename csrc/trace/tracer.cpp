@@ -426,6 +426,20 @@ bool Tracer::truthy(const ValuePtr& value) {
       }
       if (is_identity_object(value->obj.ptr())) return true;
       if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
+          !PyType_Check(value->obj.ptr()) &&
+          (Py_TYPE(value->obj.ptr())->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        // An instance of a Python class with neither __bool__ nor __len__ (`if
+        // self.layer_norm:` of an nn.Module): true, while its class still has neither.
+        auto* type = Py_TYPE(value->obj.ptr());
+        static PyObject* const kBool = PyUnicode_InternFromString("__bool__");
+        static PyObject* const kLen = PyUnicode_InternFromString("__len__");
+        if (_PyType_Lookup(type, kBool) == nullptr && _PyType_Lookup(type, kLen) == nullptr) {
+          guard_class_attribute(value, "__bool__", false);
+          guard_class_attribute(value, "__len__", false);
+          return true;
+        }
+      }
+      if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
           (is_plain_dict(value->obj.ptr()) || PyList_CheckExact(value->obj.ptr()))) {
         check_items_unchanged(value);
         // `d or {}` of a dict read by source: its emptiness, guarded by its length.

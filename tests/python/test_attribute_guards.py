@@ -304,3 +304,25 @@ def test_an_instance_dict_read_by_item_sees_attribute_writes(cls, read):
         object.__setattr__(o, "shift", 7)
 
     assert run_with_mutations(fn, [write_scale, write_shift]) == 3
+
+
+def test_truth_of_an_object_without_bool_or_len_is_guarded_on_its_class():
+    class Flag:
+        pass
+
+    holder = Flag()
+    holder.flag = Flag()
+
+    def f(x):
+        return x + 1 if holder.flag else x - 1
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.zeros(2)
+    assert same(compiled(x), x + 1) and counter.frame_count == 1
+    Flag.__len__ = lambda self: 0  # now false: the graph that assumed truth must not run
+    try:
+        assert same(compiled(x), f(x)) and same(f(x), x - 1)
+        assert counter.frame_count == 2
+    finally:
+        del Flag.__len__

@@ -271,6 +271,9 @@ def ex_training(x):
 example("len(xs)")(lambda x: x * len([x, x]))
 example("max(x.shape) * min(3, 1)")(lambda x: x * (max(x.shape) * min(3, 1)))
 example("math.sqrt(x.shape[-1])")(lambda x: x / math.sqrt(x.shape[-1]))
+example("if self.emb_layer_norm_after:")(lambda x: NET.heads["a"](x) if NET.conv else x)
+example("for t in set(config.layer_types):")(
+    lambda x: sum(x * len(t) for t in set(["full", "sliding", "full"])))
 example("np.sqrt(self.d_model_size)")(lambda x: x * np.sqrt(OBJ.sides) + np.exp(0.0))
 example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
 example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
