@@ -931,7 +931,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (PyCFunction_Check(callable.ptr()) &&
       PyCFunction_GET_SELF(callable.ptr()) == reinterpret_cast<PyObject*>(&PyDict_Type) &&
-      callable_name(callable) == "fromkeys" && kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
+      std::string(reinterpret_cast<PyCFunctionObject*>(callable.ptr())->m_ml->ml_name) == "fromkeys" &&
+      kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
     // dict.fromkeys(keys, value=None): a new dict of the trace, each key to the one value.
     std::vector<ValuePtr> keys;
     if (!iterable_items(sizes_.concretize(args[0]), keys)) {

@@ -274,6 +274,8 @@ example("math.sqrt(x.shape[-1])")(lambda x: x / math.sqrt(x.shape[-1]))
 example("if self.emb_layer_norm_after:")(lambda x: NET.heads["a"](x) if NET.conv else x)
 example("for t in set(config.layer_types):")(
     lambda x: sum(x * len(t) for t in set(["full", "sliding", "full"])))
+example("dict.fromkeys(names, 0)")(
+    lambda x: x * sum(len(k) + v for k, v in dict.fromkeys(("ab", "c"), 1).items()))
 example("np.sqrt(self.d_model_size)")(lambda x: x * np.sqrt(OBJ.sides) + np.exp(0.0))
 example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
 example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
