@@ -133,6 +133,10 @@ ValuePtr constant_result(py::object result, const std::string& what) {
 
 }  // namespace
 
+bool ordered_set(const ValuePtr& v) {
+  return v->is_const() && v->source < 0 && PyAnySet_Check(v->obj.ptr());
+}
+
 bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
   if (v->kind == VKind::kTuple || v->kind == VKind::kList) {
     out = v->items;
@@ -151,7 +155,7 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
     return false;
   }
   if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()) ||
-                         PyAnySet_Check(v->obj.ptr()) || PyList_CheckExact(v->obj.ptr()))) {
+                         PyList_CheckExact(v->obj.ptr()) || ordered_set(v))) {
     for (py::handle item : v->obj) {
       out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }

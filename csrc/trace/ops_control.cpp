@@ -226,9 +226,7 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     it->lazy_range = seq->obj;
     return it;
   } else if (seq->is_const() && (PyTuple_Check(seq->obj.ptr()) || PyUnicode_Check(seq->obj.ptr()) ||
-                                  PyAnySet_Check(seq->obj.ptr()) || PyList_CheckExact(seq->obj.ptr()))) {
-    // A set of constants: in the order Python iterates it now, the order the same items
-    // inserted the same way give again (`for t in set(config.layer_types)`).
+                                  PyList_CheckExact(seq->obj.ptr()) || ordered_set(seq))) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }

@@ -44,6 +44,11 @@ ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self
 // an iterator: the caller marks it exhausted once the use is traced.
 bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out);
 
+// A constant set the trace made (not one read by source), which may be iterated in the order
+// Python iterates it now: the same items inserted the same way give that order again. Equal
+// sets read by source may iterate in other orders, which no guard on their value sees.
+bool ordered_set(const ValuePtr& v);
+
 // Whether the last dotted part of `text` ("split" of "torch.split", or a bare method name) is
 // one of `names`.
 bool base_name_in(const std::string& text, std::initializer_list<const char*> names);
