@@ -504,6 +504,25 @@ std::optional<std::vector<Arg>> factory_shape(const Node* node) {
   return items;
 }
 
+// flatten(input, start_dim, end_dim): the input and the (normalised) range of its dims that
+// merge into one; nullopt for anything else.
+struct Flatten {
+  Node* input = nullptr;
+  int start = 0;
+  int end = 0;
+};
+
+std::optional<Flatten> flatten_of(const Node* node) {
+  if (!base_name_in(node->target_text, {"flatten"})) return std::nullopt;
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  if (!input || rank_of(input) == 0) return std::nullopt;
+  const int in_rank = rank_of(input);
+  std::optional<int> start = dim_arg(arg_at(node, 1, "start_dim"), in_rank, 0);
+  std::optional<int> end = dim_arg(arg_at(node, 2, "end_dim"), in_rank, in_rank - 1);
+  if (!start || !end || *start > *end || rank_of(node) != in_rank - (*end - *start)) return std::nullopt;
+  return Flatten{input, *start, *end};
+}
+
 // repeat_interleave(input, repeats, dim) / Tensor.repeat(*sizes): output dimension `dim` is
 // input dimension `in_dim` (-1: a new leading one) times the repeat count `times`.
 struct Repeat {
@@ -651,20 +670,14 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     repeat->times.for_each_node([&rule](Node* n) { rule.from.emplace_back(n, -1); });
     return rule;
   }
-  if (base_name_in(text, {"flatten"})) {
-    // flatten(start_dim, end_dim): the dims between merge into one (their product); the others
-    // are the input's, shifted down past the merged ones.
-    Node* input = tensor_arg(arg_at(node, 0, "input"));
-    if (!input || rank_of(input) == 0) return std::nullopt;
-    const int in_rank = rank_of(input);
-    std::optional<int> start = dim_arg(arg_at(node, 1, "start_dim"), in_rank, 0);
-    std::optional<int> end = dim_arg(arg_at(node, 2, "end_dim"), in_rank, in_rank - 1);
-    if (!start || !end || *start > *end || rank != in_rank - (*end - *start)) return std::nullopt;
-    if (dim < *start) return rule_of(How::kEqual, {{input, dim}});
-    if (dim > *start) return rule_of(How::kEqual, {{input, dim + (*end - *start)}});
-    if (*start == *end) return rule_of(How::kEqual, {{input, dim}});
+  if (std::optional<Flatten> flat = flatten_of(node)) {
+    // The dims between start and end merge into one (their product); the others are the
+    // input's, shifted down past the merged ones.
+    if (dim < flat->start) return rule_of(How::kEqual, {{flat->input, dim}});
+    if (dim > flat->start) return rule_of(How::kEqual, {{flat->input, dim + (flat->end - flat->start)}});
+    if (flat->start == flat->end) return rule_of(How::kEqual, {{flat->input, dim}});
     DimRule rule = rule_of(How::kDepends);
-    for (int d = *start; d <= *end; ++d) rule.from.emplace_back(input, d);
+    for (int d = flat->start; d <= flat->end; ++d) rule.from.emplace_back(flat->input, d);
     return rule;
   }
   if (base_name_in(text, {"scaled_dot_product_attention"})) {
@@ -794,9 +807,6 @@ class Exact {
     --depth_;
     // The sum must give the size the trace sees (a rule applied wrongly gives up here).
     if (result && dim >= 0 && value_now(*result) != size_at(node, dim)) result.reset();
-
-
-
     memo_[key] = result;
     return result;
   }
@@ -824,7 +834,7 @@ class Exact {
     if (std::optional<DimRule> rule = dim_rule(node, dim)) result = combine(node, dim, *rule);
     if (!result && base_name_in(node->target_text, {"arange"})) result = arange(node, dim);
     if (!result && base_name_in(node->target_text, {"view", "reshape"})) result = view_rest(node, dim);
-    if (!result && base_name_in(node->target_text, {"flatten"})) result = flattened(node, dim);
+    if (!result) result = flattened(node, dim);
     if (!result) result = repeated(node, dim);
     if (result) return result;
     // A size that depends on no input size is the constant it has now.
@@ -908,15 +918,11 @@ class Exact {
 
   // flatten(start_dim, end_dim): along the merged dimension the product of the merged sizes.
   std::optional<LinearSize> flattened(Node* node, int dim) {
-    Node* input = tensor_arg(arg_at(node, 0, "input"));
-    if (!input || rank_of(input) == 0) return std::nullopt;
-    const int in_rank = rank_of(input);
-    std::optional<int> start = dim_arg(arg_at(node, 1, "start_dim"), in_rank, 0);
-    std::optional<int> end = dim_arg(arg_at(node, 2, "end_dim"), in_rank, in_rank - 1);
-    if (!start || !end || dim != *start || rank_of(node) != in_rank - (*end - *start)) return std::nullopt;
+    std::optional<Flatten> flat = flatten_of(node);
+    if (!flat || dim != flat->start) return std::nullopt;
     std::vector<LinearSize> merged;
-    if (!sizes_of(input, *start, *end + 1, merged)) return std::nullopt;
-    return product(merged);
+    if (!sizes_of(flat->input, flat->start, flat->end + 1, merged)) return std::nullopt;
+    return product(std::move(merged));
   }
 
   // A factor that is one size times an int > 1 (bsz * heads) becomes the size; the int is

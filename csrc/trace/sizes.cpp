@@ -219,8 +219,7 @@ void SizeTracker::note_dim_read(const ValuePtr& tensor, int dim, const std::stri
 void SizeTracker::note_split_count(Node* split, const std::string& what) {
   SizeDeps deps;
   std::set<std::pair<Node*, int>> not_one;
-  const std::function<bool(Node*)> parameter = [this](Node* n) { return is_module_state(n); };
-  add_split_count_deps(split, reshaped_, ranks_, exact_, parameter, deps, not_one);
+  add_split_count_deps(split, reshaped_, ranks_, exact_, module_state_, deps, not_one);
   for (const auto& [node, dim] : not_one) {
     const int slot = entry_.slot_of_placeholder(node);
     if (slot < 0) {
@@ -310,8 +309,7 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
 std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value) {
   Node* node = value->size_of ? value->size_of->node : nullptr;
   if (node == nullptr) return std::nullopt;
-  const std::function<bool(Node*)> parameter = [this](Node* n) { return is_module_state(n); };
-  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_, parameter);
+  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_, module_state_);
 }
 
 bool SizeTracker::is_module_state(Node* node) const {
@@ -421,20 +419,21 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (linear(value->items[0], 1) && linear(value->items[1], -1)) {
     // A module's parameter or buffer size against an input's (`max_pos > self.weights.size(0)`):
     // the module's is pinned, the input's gets a range.
-    int state = 0, others = 0;
-    for (const auto& [key, term] : terms) {
+    std::vector<std::pair<Node*, Term*>> state;  // (placeholder, term) of module state
+    bool others = false;
+    for (auto& [key, term] : terms) {
       if (term.factor == 0) continue;
-      const bool is_state = term.slot >= 0 && is_module_state(static_cast<Node*>(const_cast<void*>(key.first)));
-      (is_state ? state : others) += 1;
-    }
-    if (state > 0 && others > 0) {
-      for (auto& [key, term] : terms) {
-        Node* node = static_cast<Node*>(const_cast<void*>(key.first));
-        if (term.factor == 0 || term.slot < 0 || !is_module_state(node)) continue;
-        offset += term.factor * node->metas[0].sizes[term.dim];
-        pinned.dims.emplace(node, term.dim);
-        term.factor = 0;
+      Node* node = static_cast<Node*>(const_cast<void*>(key.first));  // a node where slot >= 0
+      if (term.slot >= 0 && is_module_state(node)) {
+        state.emplace_back(node, &term);
+      } else {
+        others = true;
       }
+    }
+    for (const auto& [node, term] : others ? state : decltype(state)()) {
+      offset += term->factor * node->metas[0].sizes[term->dim];
+      pinned.dims.emplace(node, term->dim);
+      term->factor = 0;
     }
     if (!pinned.dims.empty()) note_size_deps(pinned, "a module's parameter or buffer size in a sum or product of sizes");
     std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
@@ -535,8 +534,8 @@ ValuePtr SizeTracker::decide_empty(const ValuePtr& value, SizeRelation rel) {
   std::set<std::pair<int, int>> not_one;
   SizeDeps pinned;
   for (const ValuePtr& factor : factors) {
-    if (input_size_of(factor).first >= 0) {
-      at_least_one.push_back(input_size_of(factor));
+    if (const auto input = input_size_of(factor); input.first >= 0) {
+      at_least_one.push_back(input);
       continue;
     }
     std::optional<LinearSize> exact = exact_size_of(factor);

@@ -4,6 +4,7 @@
 // the input dimensions it is computed from are recorded for the guards (size_deps.h).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -128,6 +129,7 @@ class SizeTracker {
   // A placeholder for a parameter or a module's buffer: sizes that change only when the model
   // does (torch.compile keeps them static), which a product of sizes may take as constants.
   bool is_module_state(Node* node) const;
+  const std::function<bool(Node*)> module_state_ = [this](Node* n) { return is_module_state(n); };
   // Size expression leaves by (tensor node, dim), and the graph nodes made for size expressions.
   std::map<std::pair<Node*, int64_t>, ValuePtr> size_leaves_;
   // Keyed by address, so each entry holds its key alive: a freed Value's address is reused.

@@ -395,6 +395,21 @@ void Tracer::store_global(const std::string& name, ValuePtr value) {
   effects_.record(wrap_unsourced(std::move(owner)), name, std::move(value));
 }
 
+namespace {
+
+// The class of an object read by source that is an instance of a Python class (a heap type),
+// not a class itself; nullptr for anything else.
+PyTypeObject* sourced_instance_class(const ValuePtr& value) {
+  if (!value->is(ObjRole::kPlain) || value->bound_self || value->source < 0 ||
+      PyType_Check(value->obj.ptr())) {
+    return nullptr;
+  }
+  PyTypeObject* type = Py_TYPE(value->obj.ptr());
+  return (type->tp_flags & Py_TPFLAGS_HEAPTYPE) ? type : nullptr;
+}
+
+}  // namespace
+
 bool Tracer::truthy(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kTensor:
@@ -413,30 +428,28 @@ bool Tracer::truthy(const ValuePtr& value) {
       return !value->items.empty();
     case VKind::kObject:
       if (value->is(ObjRole::kDictView)) return !dict_view_items(*value).empty();
-      if (value->is(ObjRole::kNewObject)) {  // obj: its class
+      if (is_identity_object(value->obj.ptr()) && !value->is(ObjRole::kNewObject)) return true;
+      if (PyTypeObject* type = value->is(ObjRole::kNewObject)
+                                   ? reinterpret_cast<PyTypeObject*>(value->obj.ptr())  // obj: its class
+                                   : sourced_instance_class(value)) {
+        // An instance of a Python class (made in the trace, or read by source): with neither
+        // __bool__ nor __len__ it is true (`if self.layer_norm:` of an nn.Module), while its
+        // class still has neither.
         static PyObject* const kBool = PyUnicode_InternFromString("__bool__");
         static PyObject* const kLen = PyUnicode_InternFromString("__len__");
-        auto* type = reinterpret_cast<PyTypeObject*>(value->obj.ptr());
         PyObject* hook = _PyType_Lookup(type, kBool);  // Borrowed
         if (hook == nullptr) hook = _PyType_Lookup(type, kLen);
-        if (hook == nullptr) return true;  // object's truth: always true
-        if (value->mapping && !PyFunction_Check(hook)) return !value->mapping->items.empty();
-        FJ_UNSUPPORTED(kUnsupportedValue, "truth value of {}, which its class's __bool__ / __len__ "
-                       "decides", value->describe());
-      }
-      if (is_identity_object(value->obj.ptr())) return true;
-      if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
-          !PyType_Check(value->obj.ptr()) &&
-          (Py_TYPE(value->obj.ptr())->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-        // An instance of a Python class with neither __bool__ nor __len__ (`if
-        // self.layer_norm:` of an nn.Module): true, while its class still has neither.
-        auto* type = Py_TYPE(value->obj.ptr());
-        static PyObject* const kBool = PyUnicode_InternFromString("__bool__");
-        static PyObject* const kLen = PyUnicode_InternFromString("__len__");
-        if (_PyType_Lookup(type, kBool) == nullptr && _PyType_Lookup(type, kLen) == nullptr) {
-          guard_class_attribute(value, "__bool__", false);
-          guard_class_attribute(value, "__len__", false);
+        if (hook == nullptr) {
+          if (!value->is(ObjRole::kNewObject)) {
+            guard_class_attribute(value, "__bool__", false);
+            guard_class_attribute(value, "__len__", false);
+          }
           return true;
+        }
+        if (value->is(ObjRole::kNewObject)) {
+          if (value->mapping && !PyFunction_Check(hook)) return !value->mapping->items.empty();
+          FJ_UNSUPPORTED(kUnsupportedValue, "truth value of {}, which its class's __bool__ / __len__ "
+                         "decides", value->describe());
         }
       }
       if (value->is(ObjRole::kPlain) && !value->bound_self && value->source >= 0 &&
