@@ -39,6 +39,9 @@ class Unsupported : public std::runtime_error {
   // The traced program itself raised here (a subscript of None, a raise with no handler), as
   // opposed to a construct framejit does not trace (FJ_PROGRAM_RAISED).
   bool program_raised = false;
+  // A construct only torch.compile's own tracer handles (a higher-order op such as
+  // associative_scan, which a library calls on its compile-only path).
+  bool compile_path_only = false;
 
  private:
   BreakKind kind_;

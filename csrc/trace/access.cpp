@@ -302,7 +302,15 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (kind == AttrKind::kInstance || kind == AttrKind::kClassValue) {
         if (base->source < 0 && base->frozen) {  // class data: read as it is now
           try {
-            return class_data(base->obj.attr(name.c_str()));
+            py::object read = base->obj.attr(name.c_str());
+            if (PyMethod_Check(read.ptr()) && PyMethod_GET_SELF(read.ptr()) == base->obj.ptr() &&
+                PyFunction_Check(PyMethod_GET_FUNCTION(read.ptr()))) {
+              // A method of its own kept in its dict (self.act = self._gelu_python): bound to
+              // this value, so the call is traced as self.method(...) is.
+              return bind_class_attribute(AttrKind::kFunction, PyMethod_GET_FUNCTION(read.ptr()), base,
+                                          nullptr, name);
+            }
+            return class_data(std::move(read));
           } catch (const py::error_already_set&) {
             FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
           }

@@ -285,8 +285,10 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
     if (error.matches(refs.support.attr("InternalFault"))) {
       throw InternalError(std::string("device inference: ") + error_summary(error));
     }
-    FJ_UNSUPPORTED(kMetaFailure, "{} failed on meta tensors: {}", call.target_text,
-                   error_summary(error));
+    Unsupported failed(BreakKind::kMetaFailure, fmt::format("{} failed on meta tensors: {}",
+                                                            call.target_text, error_summary(error)));
+    failed.compile_path_only = call.target_text.rfind("torch._higher_order_ops.", 0) == 0;
+    throw failed;
   }
   bool wrote_an_argument = false;
   for (size_t i = 0; i < versions_before.size() && !wrote_an_argument; ++i) {

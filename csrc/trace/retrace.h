@@ -32,7 +32,8 @@ struct StaticSizesRetrace {};
 // Thrown out of Tracer::run when the traced program raised (Unsupported::program_raised) after
 // the trace had answered a compiling flag (`is_torchdynamo_compiling()`, ...) True: the
 // library's compile-only path fails where its eager one does not (switch_transformers leaves
-// its attention mask None "under compile", then indexes it). The caller retraces with the
+// its attention mask None "under compile", then indexes it), or called a higher-order op only
+// torch.compile's tracer handles (Mamba's associative_scan). The caller retraces with the
 // flags answering False, as eager's Python would.
 struct CompilingFlagRetrace {};
 

@@ -159,7 +159,7 @@ void Tracer::run() {
       }
     } catch (Unsupported& e) {
       fr->stack = saved_stack;
-      if (e.program_raised && compiling_asked_) throw CompilingFlagRetrace{};
+      if ((e.program_raised || e.compile_path_only) && compiling_asked_) throw CompilingFlagRetrace{};
       if (sizes_.symbolic() && stack_holds_size_expr()) throw StaticSizesRetrace{};
       if (depth > 1) {
         // Inside an inlined callee: the region must end at the outermost-but-one call instead,

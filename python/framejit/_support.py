@@ -4,10 +4,14 @@ Which callables are torch operations, which Tensor methods read data, how target
 Kept in Python because the answers are lists of torch objects, easy to read and extend.
 """
 import builtins
+import dis
 import functools
+import gc
 import logging
 import math
 import operator
+import os
+import sys
 import types
 import typing
 from collections import OrderedDict
@@ -119,6 +123,10 @@ def classify_callable(fn) -> CallableKind:
         return CallableKind.NOT_TRACED
     module = getattr(fn, "__module__", None) or ""
     if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
+        return CallableKind.BUILTIN
+    if isinstance(fn, functools._lru_cache_wrapper):
+        # @functools.cache / lru_cache (transformers' is_torch_greater_or_equal("2.9")): of
+        # constants, the value it cached, as every later call answers; called at trace time
         return CallableKind.BUILTIN
     if type(fn).__name__ == "ufunc" and type(fn).__module__ == "numpy":
         return CallableKind.BUILTIN  # np.sqrt(d_model): elementwise math, folded on constants
@@ -561,18 +569,27 @@ def plain_class_init(cls):
 
 
 def stateless_module(cls, args, kwargs):
-    """An instance of a torch.nn module class made with these constant arguments, if it holds
-    no parameter, buffer tensor or submodule (a loss or an activation made in a forward), else
-    None."""
-    if not issubclass(cls, torch.nn.Module) or cls.__module__ not in _STATELESS_MODULE_FILES:
+    """An instance of a module class made with these constant arguments, if it holds no
+    parameter, buffer tensor or submodule (a loss or an activation made in a forward), else None.
+    torch.nn's stateless modules are made as they are; a library's or user's module class
+    (transformers' ``ACT2FN["gelu"]`` makes a GELUActivation per call) only when its constructor
+    changes nothing but the new module: its ``__init__`` code writes only attributes of self, and
+    while it runs it calls no Python function but the ``__init__``s of its classes and
+    torch.nn.Module's own, and no builtin that could change something else (_InitWatch)."""
+    if not isinstance(cls, type) or not issubclass(cls, torch.nn.Module):
         return None
+    watch = None
+    if cls.__module__ not in _STATELESS_MODULE_FILES:
+        watch = _InitWatch.of(cls)
+        if watch is None:
+            return None
     try:
         with torch.random.fork_rng(devices=[]):  # a constructor that draws leaves no trace
-            module = cls(*args, **kwargs)
+            module = cls(*args, **kwargs) if watch is None else watch.construct(args, kwargs)
     except Exception:
         return None
-    if (module._parameters or module._modules
-            or any(b is not None for b in module._buffers.values())):
+    if module is None or (module._parameters or module._modules
+                          or any(b is not None for b in module._buffers.values())):
         return None
     return module
 
@@ -584,6 +601,145 @@ _STATELESS_MODULE_FILES = {
         "loss", "activation", "dropout", "flatten", "pooling", "padding", "pixelshuffle",
         "upsampling", "distance", "channelshuffle", "fold")
 }
+
+# Opcodes a constructor run at trace time may not hold: they write outside the new module
+# (globals, cells, items, other objects' attributes), import, make a generator, or handle an
+# exception (the watch's refusal must end the constructor: Python drops a profile hook that
+# raised, so code that caught it would run on unwatched).
+_INIT_REFUSED_OPS = frozenset(("PUSH_EXC_INFO", 
+    "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "STORE_NAME", "DELETE_NAME",
+    "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE", "DELETE_ATTR", "IMPORT_NAME", "IMPORT_FROM",
+    "IMPORT_STAR", "YIELD_VALUE", "RETURN_GENERATOR", "SETUP_ANNOTATIONS"))
+# Builtins a constructor may call: they read their arguments and change nothing.
+_INIT_PURE_BUILTINS = frozenset((
+    "isinstance", "issubclass", "hasattr", "getattr", "len", "abs", "min", "max", "round", "sum",
+    "any", "all", "callable", "id", "hash", "repr", "format", "divmod", "pow", "sorted", "ord",
+    "chr", "iter"))
+# Methods of builtin values a constructor may call, for the same reason.
+_INIT_PURE_METHODS = frozenset((
+    "get", "keys", "values", "items", "copy", "index", "count", "startswith", "endswith", "lower",
+    "upper", "split", "rsplit", "strip", "lstrip", "rstrip", "replace", "join", "format", "find",
+    "is_integer", "bit_length"))
+
+
+class _InitWatch:
+    """Runs a module class's constructor under a profile hook that refuses, by raising before
+    it runs, any call but those listed above (see stateless_module); its codes were checked
+    before (_init_code_writes_only_self): they can neither write elsewhere nor catch the
+    refusal."""
+
+    # torch's own files whose code a module's constructor runs: Module.__init__, __setattr__,
+    # the isinstance checks of Parameter and Buffer, and the generation tag Dynamo's
+    # Module.__init__ patch keeps once torch.compile has run in the process
+    _torch_files = frozenset((
+        torch.nn.modules.module.__file__, torch.nn.parameter.__file__,
+        os.path.join(os.path.dirname(torch.__file__), "_dynamo", "mutation_guard.py"),
+        os.path.join(os.path.dirname(torch.__file__), "_dynamo", "utils.py")))
+
+    def __init__(self, cls, codes):
+        self.cls = cls
+        self.codes = codes
+
+    @staticmethod
+    def of(cls):
+        if type(cls).__call__ is not type.__call__ or cls.__module__.startswith(("torch", "framejit")):
+            return None
+        codes = set()
+        for klass in cls.__mro__:
+            if klass is torch.nn.Module:
+                break
+            if klass.__module__.startswith(("torch", "framejit")) or "__new__" in vars(klass):
+                return None
+            init = vars(klass).get("__init__")
+            if init is None:
+                continue
+            if not isinstance(init, types.FunctionType) or not _init_code_writes_only_self(init.__code__):
+                return None
+            codes.update(_nested_codes(init.__code__))
+        return _InitWatch(cls, codes)
+
+    def construct(self, args, kwargs):
+        refused = []  # (also where the constructor catches the exception: its module differs)
+
+        def hook(frame, event, arg):
+            if event == "call":
+                code = frame.f_code
+                if code not in self.codes and code.co_filename not in self._torch_files:
+                    refused.append(code.co_qualname)
+                    raise _InitRefused(code.co_qualname)  # before its first instruction runs
+            elif event == "c_call" and frame.f_code in self.codes and not _pure_call(arg):
+                refused.append(getattr(arg, "__name__", ""))
+                raise _InitRefused(refused[-1])  # instead of the call
+
+        previous = sys.getprofile()
+        collecting = gc.isenabled()
+        gc.disable()  # (a collection's callbacks are no calls of the constructor's)
+        sys.setprofile(hook)
+        try:
+            module = self.cls(*args, **kwargs)
+        except _InitRefused:
+            return None
+        finally:
+            sys.setprofile(previous)
+            if collecting:
+                gc.enable()
+        return None if refused else module
+
+
+class _InitRefused(Exception):
+    """Raised by _InitWatch's hook in place of a call it refuses."""
+
+
+def _pure_call(fn):
+    """Whether a builtin a module's constructor calls changes nothing (see _InitWatch)."""
+    owner = getattr(fn, "__self__", None)
+    name = getattr(fn, "__name__", "")
+    if owner is builtins:
+        return name in _INIT_PURE_BUILTINS
+    if owner is math or fn is torch._C._log_api_usage_once:
+        return True
+    return type(owner) in (str, dict, tuple, list, int, float, frozenset) and name in _INIT_PURE_METHODS
+
+
+def _init_code_writes_only_self(code, self_name=None):
+    """Whether a constructor's code (and the code it nests) holds no refused opcode and stores
+    attributes only on its first argument, which it never rebinds."""
+    if self_name is None and code.co_argcount == 0:
+        return False
+    self_name = code.co_varnames[0] if self_name is None else self_name
+    previous = None
+    for ins in dis.get_instructions(code):
+        if ins.opname in _INIT_REFUSED_OPS:
+            return False
+        if ins.opname == "EXTENDED_ARG":
+            continue
+        if ins.opname == "BINARY_OP" and "=" in ins.argrepr:  # x += y: may change x in place
+            return False
+        if ins.opname in ("STORE_FAST", "DELETE_FAST") and ins.argval == self_name:
+            return False
+        if ins.opname == "STORE_FAST_STORE_FAST" and self_name in ins.argval:
+            return False
+        if ins.opname == "STORE_ATTR":
+            target = None
+            if previous is not None and previous.opname in ("LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_BORROW"):
+                target = previous.argval
+            elif previous is not None and previous.opname == "LOAD_FAST_LOAD_FAST":
+                target = previous.argval[1]
+            if target != self_name:
+                return False
+        previous = ins
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType) and not _init_code_writes_only_self(const, ""):
+            return False
+    return True
+
+
+def _nested_codes(code):
+    """code and the codes of the functions and comprehensions it makes."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _nested_codes(const)
 
 
 def remake(spec):

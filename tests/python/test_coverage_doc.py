@@ -441,6 +441,39 @@ example("nn.CrossEntropyLoss()(x, y)", make=lambda: (torch.randn(4, 3), torch.te
     lambda x, y: torch.nn.CrossEntropyLoss()(x, y))
 
 
+class _GELUActivation(nn.Module):
+    def __init__(self, use_gelu_python=False):
+        super().__init__()
+        self.act = self._python if use_gelu_python else F.gelu
+
+    def _python(self, x):
+        return x * 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))
+
+    def forward(self, x):
+        return self.act(x)
+
+
+class _ClassInstantier(collections.OrderedDict):
+    def __getitem__(self, key):
+        content = super().__getitem__(key)
+        cls, kwargs = content if isinstance(content, tuple) else (content, {})
+        return cls(**kwargs)
+
+
+ACT2FN = _ClassInstantier({"gelu": _GELUActivation, "gelu_python": (_GELUActivation, {"use_gelu_python": True})})
+example("ACT2FN[\"gelu\"](x)")(lambda x: ACT2FN["gelu"](x) + ACT2FN["gelu_python"](x))
+
+
+@functools.lru_cache
+def is_torch_greater_or_equal(version):
+    return tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) >= tuple(
+        int(v) for v in version.split("."))
+
+
+example("is_torch_greater_or_equal(\"2.9\")")(
+    lambda x: x + 1 if is_torch_greater_or_equal("2.9") else x - 1)
+
+
 def _small_builtins(x):
     d = dict(a=2, **{"b": 1})
     return helper(*(), **{"x": x[slice(None, 2)], "scale": d["a"]}) + int(torch.compiler.is_exporting())
@@ -783,7 +816,7 @@ def ex_counter_made(x):
     return x * counts["a"] + counts["missing"]
 
 
-class _RenamingConfig:
+class _DecoderConfig:
     attribute_map = {"hidden_size": "d_model"}
 
     def __init__(self):
@@ -796,7 +829,7 @@ class _RenamingConfig:
         return super().__getattribute__(key)
 
 
-@example("view = copy.deepcopy(config)", make=lambda: (torch.randn(4, 4), _RenamingConfig()))
+@example("view = copy.deepcopy(config)", make=lambda: (torch.randn(4, 4), _DecoderConfig()))
 def ex_deepcopy_config(x, config):
     import copy
     view = copy.deepcopy(config)
@@ -804,14 +837,14 @@ def ex_deepcopy_config(x, config):
     return x * view.hidden_size + config.hidden_size
 
 
-@example("vars(config)[\"d_model\"]", make=lambda: (torch.randn(4, 4), _RenamingConfig()))
+@example("vars(config)[\"d_model\"]", make=lambda: (torch.randn(4, 4), _DecoderConfig()))
 def ex_vars(x, config):
     return x * vars(config)["d_model"] + len(vars(config))
 
 
 @example("del view.decoder_layers")
 def ex_del_attribute(x):
-    view = _RenamingConfig()
+    view = _DecoderConfig()
     del view.decoder_layers
     return x * view.hidden_size + hasattr(view, "decoder_layers")
 

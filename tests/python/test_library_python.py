@@ -684,6 +684,132 @@ def test_a_stateless_module_made_in_the_forward_is_traced_and_fresh_per_call():
     assert counter.frame_count == 1 and [r["exit"] for r in regions(makes_a_loss_module)] == ["return"]
 
 
+class ScaledGelu(torch.nn.Module):
+    """A library's activation module (transformers' ACT2FN["gelu"] makes one per call)."""
+
+    def __init__(self, scale=1.0, approximate="none"):
+        super().__init__()
+        if scale <= 0:
+            raise ValueError(f"scale must be positive, got {scale}")
+        self.scale = scale
+        self.act = functools.partial(torch.nn.functional.gelu, approximate=approximate)
+
+    def forward(self, x):
+        return self.act(x) * self.scale
+
+
+ACTIVATIONS = {"gelu": (ScaledGelu, {"scale": 2.0}), "gelu_tanh": (ScaledGelu, {"approximate": "tanh"})}
+
+
+def makes_a_library_activation(x, name):
+    cls, kwargs = ACTIVATIONS[name]
+    act = cls(**kwargs)
+    return act(x), act
+
+
+def test_a_user_module_whose_constructor_writes_only_itself_is_made_in_the_trace():
+    counter = CompileCounter()
+    compiled = framejit.compile(makes_a_library_activation, backend=counter)
+    x = torch.randn(4, 3)
+    torch.compile(torch.neg, backend="eager")(x)  # Dynamo patches Module.__init__ when it runs
+    for name in ("gelu", "gelu_tanh"):
+        (out, act), (ref, ref_act) = compiled(x, name), makes_a_library_activation(x, name)
+        assert same(out, ref) and type(act) is ScaledGelu and act.scale == ref_act.scale
+        assert compiled(x, name)[1] is not act  # a new module each call, as eager makes
+    assert counter.frame_count == 2
+    assert {r["exit"] for r in regions(makes_a_library_activation)} == {"return"}
+
+
+MADE = []
+
+
+class CountedGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        MADE.append(self)  # a constructor that changes more than the new module
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+class LoggedGelu(torch.nn.Module):
+    def __init__(self, log):
+        super().__init__()
+        self.log = log
+        self.note()  # a call into code of its own: not run at trace time
+
+    def note(self):
+        MADE.append("note")
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+class TriedGelu(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        try:  # a handler that could catch a refusal and go on: not run at trace time
+            MADE.append("tried")
+        except RuntimeError:
+            pass
+
+    def forward(self, x):
+        return torch.nn.functional.gelu(x)
+
+
+def makes_modules_with_side_effects(x):
+    return CountedGelu()(x) + LoggedGelu("a")(x) + TriedGelu()(x)
+
+
+def test_a_user_module_whose_constructor_changes_other_state_runs_in_python_every_call():
+    MADE.clear()
+    compiled = framejit.compile(makes_modules_with_side_effects, backend=CompileCounter())
+    x = torch.randn(3)
+    for calls in (1, 2, 3):
+        assert same(compiled(x), makes_modules_with_side_effects(x))
+        assert len(MADE) == 6 * calls  # eager's and the compiled call's constructors both ran
+
+
+@functools.lru_cache
+def version_at_least(major, minor):
+    CACHE_CALLS.append((major, minor))
+    return tuple(int(v) for v in torch.__version__.split(".")[:2]) >= (major, minor)
+
+
+CACHE_CALLS = []
+
+
+def uses_a_cached_check(x):
+    if version_at_least(2, 0):  # transformers' is_torch_greater_or_equal("2.9")
+        return x + 1
+    return x - 1
+
+
+def test_an_lru_cached_function_of_constants_is_called_once_and_folded():
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_a_cached_check, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert same(compiled(x), uses_a_cached_check(x))
+    assert counter.frame_count == 1 and CACHE_CALLS == [(2, 0)]
+    assert [r["exit"] for r in regions(uses_a_cached_check)] == ["return"]
+
+
+def scans(x):
+    if torch.compiler.is_compiling():
+        from torch._higher_order_ops.associative_scan import associative_scan
+        return associative_scan(lambda a, b: a + b, x, dim=0, combine_mode="generic")
+    return x.cumsum(0)
+
+
+def test_a_higher_order_op_on_a_compile_only_path_is_traced_on_the_eager_path():
+    counter = CompileCounter()
+    compiled = framejit.compile(scans, backend=counter)
+    x = torch.randn(5, 2)
+    assert same(compiled(x), x.cumsum(0)) and counter.frame_count == 1
+    assert [r["exit"] for r in regions(scans)] == ["return"]
+
+
 def makes_a_linear(x):
     torch.manual_seed(0)
     return torch.nn.Linear(3, 2)(x)  # holds parameters: left to Python, the RNG untouched
