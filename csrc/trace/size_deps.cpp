@@ -11,6 +11,7 @@
 #include <set>
 #include <vector>
 
+#include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -209,6 +210,9 @@ struct DimRule {
   };
   How how = How::kFixed;
   std::vector<std::pair<Node*, int>> from;  // (tensor node, dim), or (number node, -1)
+  // Sizes the rule holds for only while they keep their values (those a custom op's fake
+  // implementation compared: probed_rule); whoever relies on the size pins them.
+  std::vector<std::pair<Node*, int>> pins;
 };
 
 DimRule rule_of(DimRule::How how, std::vector<std::pair<Node*, int>> from = {}) {
@@ -557,6 +561,73 @@ std::optional<Repeat> repeat_of(Node* node, int dim) {
   return repeat;
 }
 
+// A custom op's rule (torch.ops.<namespace>.<op> of a torch.library namespace other than
+// aten's), read from its fake implementation on symbolic sizes (_support.probe_size_rule):
+// where its arguments are tensors made by single-result nodes and constants.
+std::optional<DimRule> probed_rule(Node* node, int dim) {
+  using How = DimRule::How;
+  if (node->kind != NodeKind::kCallFunction || node->target_text.rfind("torch.ops.", 0) != 0 ||
+      node->target_text.rfind("torch.ops.aten.", 0) == 0) {
+    return std::nullopt;
+  }
+  auto meta_of = [](const Arg& arg, py::object& out) {
+    if (arg.kind == Arg::Kind::kConst) {
+      out = arg.value;
+      return true;
+    }
+    if (arg.kind != Arg::Kind::kNode || !is_tensor_node(arg.node) || arg.node->tuple_result) return false;
+    out = arg.node->fake;
+    return true;
+  };
+  py::list args;
+  py::dict kwargs;
+  for (const Arg& arg : node->args) {
+    py::object value;
+    if (!meta_of(arg, value)) return std::nullopt;
+    args.append(value);
+  }
+  for (const auto& [key, arg] : node->kwargs) {
+    py::object value;
+    if (!meta_of(arg, value)) return std::nullopt;
+    kwargs[py::str(key)] = value;
+  }
+  py::object probed = PyRefs::get().support.attr("probe_size_rule")(node->target, args, kwargs);
+  if (probed.is_none()) return std::nullopt;
+  py::list dims = probed.cast<py::tuple>()[0];
+  if (dim >= static_cast<int>(py::len(dims))) return std::nullopt;
+  auto located = [&](py::handle where) -> std::optional<std::pair<Node*, int>> {
+    py::tuple pair = py::reinterpret_borrow<py::tuple>(where);
+    const Arg* arg = nullptr;
+    if (PyLong_Check(pair[0].ptr())) {
+      const auto index = pair[0].cast<size_t>();
+      if (index < node->args.size()) arg = &node->args[index];
+    } else {
+      const std::string key = pair[0].cast<std::string>();
+      for (const auto& kw : node->kwargs) {
+        if (kw.first == key) arg = &kw.second;
+      }
+    }
+    if (arg == nullptr || arg->kind != Arg::Kind::kNode) return std::nullopt;
+    return std::make_pair(arg->node, pair[1].cast<int>());
+  };
+  DimRule rule;
+  py::handle entry = dims[static_cast<size_t>(dim)];
+  if (entry.is_none()) return std::nullopt;
+  if (PyUnicode_Check(entry.ptr())) {
+    rule = rule_of(How::kFixed);
+  } else {
+    auto from = located(entry);
+    if (!from) return std::nullopt;
+    rule = rule_of(How::kEqual, {*from});
+  }
+  for (py::handle pin : probed.cast<py::tuple>()[1]) {
+    auto at = located(pin);
+    if (!at) return std::nullopt;
+    rule.pins.push_back(*at);
+  }
+  return rule;
+}
+
 // The rule of the op that made `node` for its size `dim`; nullopt where framejit knows none
 // (then the size depends on every size of every argument).
 std::optional<DimRule> dim_rule(Node* node, int dim) {
@@ -594,6 +665,12 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     DimRule rule = rule_of(How::kBroadcast);
     if (!aligned_dims(node, dim, rule.from)) return std::nullopt;
     return rule;
+  }
+  if (base_name_in(text, {"histc"})) {  // as many counts as bins (a constant)
+    const Arg* bins = arg_at(node, 1, "bins");
+    if (bins == nullptr) return rank == 1 ? std::optional<DimRule>(rule_of(How::kFixed)) : std::nullopt;  // 100
+    if (rank != 1 || !const_int(bins)) return std::nullopt;
+    return rule_of(How::kFixed);
   }
   if (base_name_in(text, {"linear"})) {
     Node* input = tensor_arg(arg_at(node, 0, "input"));
@@ -703,7 +780,7 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     }
     return rule_of(How::kEqual, {{dim < rank - 1 ? indices : weight, dim < rank - 1 ? dim : 1}});
   }
-  return std::nullopt;
+  return probed_rule(node, dim);
 }
 
 class Walk {
@@ -765,7 +842,10 @@ class Walk {
     // a size; otherwise every size of the arguments counts.
     std::optional<DimRule> rule;
     if (rank_is_fixed(node, reshaped_, ranks_)) rule = dim_rule(node, dim);
-    if (rule) return push_all(rule->from);
+    if (rule) {
+      push_all(rule->pins);
+      return push_all(rule->from);
+    }
     all_argument_sizes(node, from);
     push_all(from);
   }
@@ -831,7 +911,10 @@ class Exact {
     }
     if (!rank_is_fixed(node, reshaped_, ranks_)) return std::nullopt;
     std::optional<LinearSize> result;
-    if (std::optional<DimRule> rule = dim_rule(node, dim)) result = combine(node, dim, *rule);
+    if (std::optional<DimRule> rule = dim_rule(node, dim)) {
+      result = combine(node, dim, *rule);
+      if (result && !pin_all_of(rule->pins, *result)) result.reset();
+    }
     if (!result && base_name_in(node->target_text, {"arange"})) result = arange(node, dim);
     if (!result && base_name_in(node->target_text, {"view", "reshape"})) result = view_rest(node, dim);
     if (!result) result = flattened(node, dim);
@@ -1001,6 +1084,17 @@ class Exact {
     result.offset = top->offset / divisor;
     for (const auto& [key, factor] : top->terms) result.terms[key] = factor / divisor;
     return result;
+  }
+
+  // The sizes a rule pins, taken as the constants they are now into `result`; false where one
+  // is not known exactly or not pinnable.
+  bool pin_all_of(const std::vector<std::pair<Node*, int>>& pins, LinearSize& result) {
+    for (const auto& [node, dim] : pins) {
+      std::optional<LinearSize> part = size(node, dim);
+      if (!part || (!part->terms.empty() && !pin(*part))) return false;
+      result.pinned.insert(part->pinned.begin(), part->pinned.end());
+    }
+    return true;
   }
 
   std::optional<LinearSize> combine(Node* node, int dim, const DimRule& rule) {

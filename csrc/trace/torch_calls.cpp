@@ -194,11 +194,18 @@ ValuePtr Tracer::addc_with_tensor_value(const std::string& method, const std::ve
                      {args[0], combined}, {}, "", inplace ? "add_" : "add");
 }
 
-ValuePtr Tracer::record_call(NodeKind kind, py::handle fn, const std::string& method,
+ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string& method,
                              std::vector<ValuePtr> args, KwValues kwargs,
                              const std::string& infix, const std::string& name_hint) {
   PyRefs& refs = PyRefs::get();
   const bool is_method = kind == NodeKind::kCallMethod;
+  // A torch.library.custom_op function (a CustomOpDef): its operator is the graph's target, as
+  // FX and the backends know operators (torch.ops.<namespace>.<op>.default).
+  py::object custom_op;
+  if (!is_method && std::strcmp(Py_TYPE(fn_in.ptr())->tp_name, "CustomOpDef") == 0) {
+    custom_op = py::getattr(fn_in, "_opoverload", py::none());
+  }
+  py::handle fn = custom_op && !custom_op.is_none() ? custom_op : fn_in;
   if (is_method && (method == "addcdiv_" || method == "addcdiv" || method == "addcmul_" ||
                     method == "addcmul")) {
     if (ValuePtr rewritten = addc_with_tensor_value(method, args, kwargs)) return rewritten;

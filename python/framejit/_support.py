@@ -289,6 +289,10 @@ def target_text(fn) -> str:
     if isinstance(fn, AutogradFunctionApply):
         klass = fn.function_class
         return f"{klass.__module__}.{klass.__qualname__}.apply"
+    if isinstance(fn, torch._ops.OpOverloadPacket):  # torch.ops.<namespace>.<op>
+        return "torch.ops." + fn._qualified_op_name.replace("::", ".")
+    if isinstance(fn, torch._ops.OpOverload):  # torch.ops.<namespace>.<op>.<overload>
+        return f"torch.ops.{fn.namespace}.{fn._opname}.{fn._overloadname}"
     name = getattr(fn, "__name__", None)
     if name is None:
         return repr(fn)
@@ -740,6 +744,122 @@ def _nested_codes(code):
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             yield from _nested_codes(const)
+
+
+_PROBED_RULES = {}  # (op, argument shapes and constants) -> probe_size_rule's answer
+
+
+def _probe_source_class():
+    """A ShapeEnv source naming a probed argument (torch._dynamo's own sources would import
+    Dynamo for it)."""
+    from torch._guards import GuardSource, Source
+
+    class ProbeSource(Source):
+        def __init__(self, label):
+            self.label = label
+
+        def name(self):
+            return self.label
+
+        def guard_source(self):
+            return GuardSource.LOCAL
+
+        def __hash__(self):
+            return hash(self.label)
+
+        def __eq__(self, other):
+            return isinstance(other, ProbeSource) and other.label == self.label
+
+    return ProbeSource
+
+
+def probe_size_rule(op, args, kwargs):
+    """How the sizes of a custom op's result (a ``torch.library`` op of a namespace other than
+    aten and prims: transformers' ``grouped_mm_fallback``) follow from its arguments' sizes, read
+    from its fake implementation run on fake tensors whose every size is a symbol of its own:
+    per result dimension, None (not one input size), "fixed" (no size), or (position, dim) of the
+    argument size it equals; and the (position, dim) of every size that the implementation
+    compared or constrained, which the rule holds for only while they keep their values.
+    Positions: an int for args, a str for kwargs. None where the op is no such op, or its fake
+    run fails or returns no single tensor."""
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        qualified = op._qualified_op_name
+    elif isinstance(op, torch._ops.OpOverload):
+        qualified = op.name()
+    else:
+        return None
+    if qualified.split("::")[0] in ("aten", "prims", "_c10d_functional", "c10d"):
+        return None
+    key = [op]
+    for position, value in list(enumerate(args)) + sorted(kwargs.items()):
+        key.append((position, (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else repr(value)))
+    key = tuple(key)
+    if key not in _PROBED_RULES:
+        try:
+            _PROBED_RULES[key] = _probe_size_rule(op, args, kwargs)
+        except Exception:
+            _PROBED_RULES[key] = None
+    return _PROBED_RULES[key]
+
+
+_ProbeSource = None
+
+
+def _probe_size_rule(op, args, kwargs):
+    import sympy
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    # Every size its own symbol: not merged where two are equal now (duck shaping), and 0 or 1
+    # kept symbolic, so a result size that equals one of them is not taken for a constant.
+    global _ProbeSource
+    if _ProbeSource is None:
+        _ProbeSource = _probe_source_class()
+    env = ShapeEnv(duck_shape=False, specialize_zero_one=False)
+    mode = FakeTensorMode(shape_env=env)
+    where = {}
+
+    def fake(position, value):
+        if not isinstance(value, torch.Tensor):
+            return value
+        context = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * value.dim())
+        made = mode.from_tensor(value, source=_ProbeSource(f"probe_{position}"), symbolic_context=context)
+        for d, size in enumerate(made.shape):
+            if not isinstance(size, torch.SymInt) or not isinstance(size.node.expr, sympy.Symbol):
+                return None
+            where[size.node.expr] = (position, d)
+        return made
+
+    fake_args = [fake(i, a) for i, a in enumerate(args)]
+    fake_kwargs = {k: fake(k, v) for k, v in kwargs.items()}
+    if any(a is None and b is not None for a, b in zip(fake_args, args)) or any(
+            fake_kwargs[k] is None and kwargs[k] is not None for k in kwargs):
+        return None
+    with mode:
+        out = op(*fake_args, **fake_kwargs)
+    if not isinstance(out, torch.Tensor):
+        return None
+    constrained = set()
+    for guard in env.guards:
+        constrained |= guard.expr.free_symbols
+    for asserts in env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            constrained |= ra.expr.free_symbols
+    for symbol, replacement in env.replacements.items():
+        constrained |= {symbol} | replacement.free_symbols
+    dims = []
+    for size in out.shape:
+        expr = env.replace(size.node.expr) if isinstance(size, torch.SymInt) else sympy.Integer(size)
+        if expr.is_Integer:
+            dims.append("fixed")
+        elif isinstance(expr, sympy.Symbol) and expr in where:
+            dims.append(where[expr])
+        else:
+            dims.append(None)
+    pins = sorted((where[s] for s in constrained if s in where), key=repr)
+    if any(s not in where for s in constrained):
+        return None  # a symbol of the op's own (unbacked): no rule
+    return dims, pins
 
 
 def remake(spec):

@@ -413,3 +413,35 @@ def test_a_module_state_size_taken_as_a_constant_is_guarded(caplog):
     model.q_proj.bias = torch.nn.Parameter(torch.randn(16))
     assert same(compiled(x), model(x))
     assert counter.frame_count == 2
+
+
+# A custom op (torch.library) has no rule of framejit's: its fake implementation says how its
+# result's sizes follow from its arguments' (run once on symbolic sizes).
+@torch.library.custom_op("framejit_test::rows_times", mutates_args=())
+def rows_times(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return x @ w if x.size(1) > 2 else x[:1] @ w
+
+
+@rows_times.register_fake
+def _(x, w):
+    assert x.size(1) == w.size(0)
+    return x.new_empty(x.size(0) if x.size(1) > 2 else 1, w.size(1))  # its rows: x's, if wide
+
+
+def chunks_a_custom_op(x, w):
+    a, b = rows_times(x, w).chunk(2, dim=-1)  # the count needs w.size(1) only
+    return a * b
+
+
+def chunks_custom_op_rows(x, w):
+    return [t.sum() for t in rows_times(x, w).chunk(2, dim=0)]  # x.size(0), if x.size(1) > 2
+
+
+def test_a_custom_op_takes_its_size_rule_from_its_fake_implementation():
+    w = torch.randn(4, 6)
+    assert count_graphs(lambda x: chunks_a_custom_op(x, w), [((2, 4),), ((3, 4),), ((5, 4),)]) == 1
+    # The rows chunked are x's: a new batch chunks differently (a new graph) ...
+    assert count_graphs(lambda x: chunks_custom_op_rows(x, w), [((2, 4),), ((4, 4),), ((2, 4),)]) == 2
+    # ... and the width the fake implementation compared is pinned with them.
+    w2 = torch.randn(2, 6)
+    assert count_graphs(lambda x: chunks_custom_op_rows(x, w2), [((4, 2),), ((4, 2),)]) == 1
