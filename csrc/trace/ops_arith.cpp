@@ -114,11 +114,12 @@ ValuePtr join_sequences(Tracer& t, const OperatorInfo& op, const std::vector<Val
   return Value::list(std::move(items));
 }
 
-// Two tuples (torch.Size among them) of ints and size expressions only.
+// Two tuples (torch.Size among them), or two lists, of ints and size expressions only (a list
+// and a tuple are never equal: not compared here).
 bool sized_tuples(const std::vector<ValuePtr>& args) {
-  if (args.size() != 2) return false;
+  if (args.size() != 2 || args[0]->kind != args[1]->kind) return false;
   for (const ValuePtr& tuple : args) {
-    if (tuple->kind != VKind::kTuple) return false;
+    if (tuple->kind != VKind::kTuple && tuple->kind != VKind::kList) return false;
     for (const ValuePtr& item : tuple->items) {
       const bool number = item->kind == VKind::kSymNum ? item->is_size_expr()
                                                        : item->is_const() && PyLong_Check(item->obj.ptr());
@@ -162,8 +163,9 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
   if (sizes && (std::string(op.fn) == "eq" || std::string(op.fn) == "ne") &&
       sized_tuples(args)) {
-    // `x.size() != (bsz * heads, T, S)`: item by item as Python compares tuples, each pair
-    // decided (and guarded) on its own, up to the first that differs.
+    // `x.size() != (bsz * heads, T, S)`, `list(x.size()) == [b, t, h]`: item by item as Python
+    // compares tuples and lists, each pair decided (and guarded) on its own, up to the first
+    // that differs.
     const std::vector<ValuePtr>& a = args[0]->items;
     const std::vector<ValuePtr>& b = args[1]->items;
     bool equal = a.size() == b.size();

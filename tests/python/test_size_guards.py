@@ -295,6 +295,14 @@ class HeadsMerged(HeadsView):  # XGLM: reshape(bsz * heads, -1, head_dim) and a 
         return k * 2 if k.shape[1] > 1 else k
 
 
+class ShapeAsserted(HeadsView):  # ProphetNet, Longformer: list(size()) == [b, t, h] asserted
+    def forward(self, x):
+        b, t, h = x.size()
+        assert list(x.size()) == [b, t, h], "unexpected shape"
+        q = self.q_proj(x)
+        return q * 2 if list(q.size()) != [b, t, 8] else q
+
+
 class QkvChunks(torch.nn.Module):  # DeBERTa: position table slice, view(size()[:-1] + (h, -1)), chunk
     def __init__(self):
         super().__init__()
@@ -378,6 +386,7 @@ SEQUENCES = [((2, 5, 8),), ((3, 9, 8),), ((4, 7, 8),)]
 LIBRARY_CASES = [
     (HeadsView(), SEQUENCES + [((4, 1, 8),)], 2),  # T = 1 takes the other branch
     (HeadsMerged(), SEQUENCES + [((4, 1, 8),)], 2),
+    (ShapeAsserted(), SEQUENCES, 1),
     (QkvChunks(), SEQUENCES, 1),
     (Rotary(), [((2, 5, 4),), ((3, 9, 4),), ((1, 2, 4),)], 1),
     (Experts(), [((3, 8),), ((5, 8),), ((9, 8),)], 1),
