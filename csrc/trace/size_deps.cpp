@@ -1276,6 +1276,18 @@ void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped
     // from[0] is the split dimension; the rest, split sizes or counts given as sizes.
     Exact exact(reshaped, ranks, memo, pinnable);
     std::optional<LinearSize> size = exact.size(from[0].first, from[0].second);
+    if (size && from.size() == 1 && size->not_one.empty() && base_name_in(split->target_text, {"chunk"})) {
+      // chunk(k) of k * (a sum of sizes): k pieces of that sum each, whatever the sizes (k empty
+      // ones where it is 0). ProphetNet chunks its main and n predicted streams, cat along
+      // the length, back into 1 + n.
+      std::optional<int64_t> chunks = const_int(arg_at(split, 1, "chunks"));
+      bool multiple = chunks && *chunks > 0 && size->offset % *chunks == 0;
+      for (const auto& term : size->terms) multiple = multiple && term.second % *chunks == 0;
+      if (multiple) {
+        out.dims.insert(size->pinned.begin(), size->pinned.end());
+        return;
+      }
+    }
     bool conditions = size.has_value();  // each on a placeholder, which the caller can guard
     for (const auto& [node, dim] : size ? size->not_one : std::set<std::pair<Node*, int>>()) {
       conditions = conditions && node->kind == NodeKind::kPlaceholder;

@@ -303,6 +303,16 @@ class ShapeAsserted(HeadsView):  # ProphetNet, Longformer: list(size()) == [b, t
         return q * 2 if list(q.size()) != [b, t, 8] else q
 
 
+def streams_chunked(x):  # ProphetNet: the main and predicted streams, cat along T, chunked back
+    streams = torch.cat([x, x * 2, x * 3], dim=1).chunk(3, dim=1)  # 3 pieces, whatever T is
+    main, rest = streams[0], streams[1:]
+    return main + sum(rest), len(streams)
+
+
+def length_chunked(x):  # chunk(3) of a length T: as many pieces as T allows (up to 3)
+    return [p.sum() for p in x.chunk(3, dim=1)]
+
+
 class QkvChunks(torch.nn.Module):  # DeBERTa: position table slice, view(size()[:-1] + (h, -1)), chunk
     def __init__(self):
         super().__init__()
@@ -387,6 +397,8 @@ LIBRARY_CASES = [
     (HeadsView(), SEQUENCES + [((4, 1, 8),)], 2),  # T = 1 takes the other branch
     (HeadsMerged(), SEQUENCES + [((4, 1, 8),)], 2),
     (ShapeAsserted(), SEQUENCES, 1),
+    (streams_chunked, SEQUENCES + [((2, 0, 8),)], 1),
+    (length_chunked, [((2, 5, 8),), ((2, 2, 8),), ((2, 5, 8),), ((2, 9, 8),)], 3),
     (QkvChunks(), SEQUENCES, 1),
     (Rotary(), [((2, 5, 4),), ((3, 9, 4),), ((1, 2, 4),)], 1),
     (Experts(), [((3, 8),), ((5, 8),), ((9, 8),)], 1),
