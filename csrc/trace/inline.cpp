@@ -454,13 +454,20 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
   args.insert(args.begin(), module);
   py::handle obj = module->obj;
   ValuePtr self = module;
-  // Hooks change what a call does: such modules are called by the runtime instead (their forward
-  // frame then meets the hook by itself). Guard that the hook dicts stay empty.
+  // Forward hooks and pre-hooks are traced around forward (_python_forms.trace_module_call),
+  // read from the module's hook dicts by source; backward hooks make nn.Module.__call__ wrap
+  // the tensors for autograd: such modules are called by the runtime instead (their forward
+  // frame then meets the hook by itself). Guard that the dicts stay empty where they are.
   static const char* kHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                      "_backward_pre_hooks"};
+  bool forward_hooks = false;
   for (const char* hooks : kHookDicts) {
     py::object dict = py::getattr(obj, hooks, py::none());
     if (!dict.is_none() && py::len(dict) > 0) {
+      if (hooks[1] == 'f' && self->source >= 0 && PyDict_Check(dict.ptr())) {
+        forward_hooks = true;  // (its items are read and guarded where the form iterates them)
+        continue;
+      }
       FJ_UNSUPPORTED(kUnsupportedCall, "call of module {} with {} registered",
                      Py_TYPE(obj.ptr())->tp_name, hooks);
     }
@@ -509,6 +516,21 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
   if (self->source >= 0) {
     forward_value->class_of = self;
     forward_value->class_attr = "forward";
+  }
+  if (forward_hooks) {
+    static PyObject* const kForm =
+        py::object(py::module_::import("framejit._python_forms").attr("trace_module_call")).release().ptr();
+    std::vector<py::object> key_objects;
+    std::vector<ValuePtr> values;
+    for (auto& [key, value] : kwargs) {
+      key_objects.push_back(py::str(key));
+      values.push_back(std::move(value));
+    }
+    std::vector<ValuePtr> form_args = {
+        self, forward_value, Value::tuple(std::vector<ValuePtr>(args.begin() + 1, args.end())),
+        Value::dict(std::move(key_objects), std::move(values))};
+    inline_call(Value::object(py::reinterpret_borrow<py::object>(kForm)), kForm, std::move(form_args), {});
+    return;
   }
   inline_call(forward_value, forward, std::move(args), std::move(kwargs));
 }

@@ -433,8 +433,39 @@ def trace_operator(a, b, attempts, failure):
     raise TypeError(failure)
 
 
+def trace_module_call(module, forward, args, kwargs):
+    """nn.Module.__call__ of a module with forward pre-hooks or forward hooks (and no backward
+    or global hooks: Tracer::inline_module_call), as torch's Module._call_impl runs them: each
+    pre-hook in order may replace the arguments, forward runs, each hook in order may replace
+    the result."""
+    for hook_id, hook in module._forward_pre_hooks.items():
+        if hook_id in module._forward_pre_hooks_with_kwargs:
+            result = hook(module, args, kwargs)
+            if result is not None:
+                if isinstance(result, tuple) and len(result) == 2:
+                    args, kwargs = result
+                else:
+                    raise RuntimeError(f"a forward pre-hook taking kwargs returned {result!r}; "
+                                       "it may return None or a pair (args, kwargs)")
+        else:
+            result = hook(module, args)
+            if result is not None:
+                if not isinstance(result, tuple):
+                    result = (result,)
+                args = result
+    out = forward(module, *args, **kwargs)
+    for hook_id, hook in module._forward_hooks.items():
+        if hook_id in module._forward_hooks_with_kwargs:
+            result = hook(module, args, kwargs, out)
+        else:
+            result = hook(module, args, out)
+        if result is not None:
+            out = result
+    return out
+
+
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (trace_defaultdict_missing, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+for _helper in (trace_defaultdict_missing, trace_module_call, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)

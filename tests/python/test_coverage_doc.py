@@ -150,6 +150,9 @@ class Net(nn.Module):
 OBJ, DERIVED, CFG, NET = Obj(), Derived(), Cfg(), Net()
 HOOKED = Hooked()
 HOOKED.register_forward_hook(lambda m, a, out: None)
+HOOKED.register_forward_pre_hook(lambda m, a: (a[0] * 2,))
+BW_HOOKED = Hooked()
+BW_HOOKED.register_full_backward_hook(lambda m, grad_in, grad_out: None)
 INPUTS, LOG, TABLE = {}, [], {}
 SCALES = {"a": 1.0, "b": 2.0}
 COUNT = 0
@@ -214,6 +217,7 @@ def ex_nested_def(x):
 
 example("self.layers[0](x)")(lambda x: NET.layers[0](x))
 example("hooked(x)")(lambda x: HOOKED(x) + 1)
+example("bw_hooked(x)")(lambda x: BW_HOOKED(x) + 1)
 example("x @ self.weight - self.offset")(lambda x: x @ NET.weight - NET.offset)
 example("self.bn(self.conv(x))", lambda: (torch.randn(2, 1, 4, 4),))(
     lambda x: NET.bn(NET.conv(x)))

@@ -195,7 +195,7 @@ class WithHook(nn.Module):
         return self.inner(x) * 2
 
 
-def test_module_with_hooks_is_called_by_the_runtime():
+def test_module_with_forward_hooks_is_traced_through_them():
     model = WithHook()
     seen = []
     model.inner.register_forward_hook(lambda mod, args, out: seen.append(out.shape))
@@ -204,7 +204,50 @@ def test_module_with_hooks_is_called_by_the_runtime():
     x = torch.randn(2, 3)
     assert same(compiled(x), model(x))
     assert seen == [torch.Size([2, 3]), torch.Size([2, 3])]  # the hook ran in both
-    assert [r["exit"] for r in regions(WithHook.forward)] == ["call", "return"]
+    assert [r["exit"] for r in regions(WithHook.forward)] == ["return"] and counter.frame_count == 1
+
+
+class HookedPair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(3, 3)
+        self.b = nn.Linear(3, 3)
+
+    def forward(self, x, scale=1.0):
+        return self.b(self.a(x) * scale)
+
+
+def test_forward_hooks_and_pre_hooks_replace_arguments_and_results_as_eager():
+    model = HookedPair()
+    handles = [
+        model.a.register_forward_pre_hook(lambda mod, args: (args[0] + 1,)),
+        model.a.register_forward_hook(lambda mod, args, out: out * 2),
+        model.b.register_forward_pre_hook(lambda mod, args, kwargs: ((args[0].relu(),), kwargs),
+                                          with_kwargs=True),
+        model.b.register_forward_hook(lambda mod, args, kwargs, out: out + len(kwargs) + len(args),
+                                      with_kwargs=True),
+        model.b.register_forward_hook(lambda mod, args, out: None),  # None keeps the output
+    ]
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    x = torch.randn(2, 3)
+    assert same(compiled(x), model(x)) and same(compiled(x), model(x))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(HookedPair.forward)] == ["return"]
+    handles[1].remove()  # the hook dict's keys are guarded: a removed hook compiles again
+    assert same(compiled(x), model(x)) and counter.frame_count == 2
+
+
+def test_a_module_with_a_backward_hook_is_called_by_the_runtime():
+    model = HookedPair()
+    grads = []
+    model.a.register_full_backward_hook(lambda mod, grad_in, grad_out: grads.append(grad_out[0].shape))
+    compiled = framejit.compile(model, backend=CompileCounter())
+    x = torch.randn(2, 3, requires_grad=True)
+    compiled(x).sum().backward()
+    model(x).sum().backward()
+    assert grads == [torch.Size([2, 3]), torch.Size([2, 3])]
+    assert [r["exit"] for r in regions(HookedPair.forward)][0] == "call"
 
 
 def test_hook_added_later_is_noticed_by_the_guards():
