@@ -327,6 +327,16 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (is_function_like(kind)) {
         // Bound from the class as it is now: a method replaced on the class compiles again.
         if (base->source >= 0) guard_class_attribute(base, name, true, /*same_object=*/true);
+        if (kind == AttrKind::kClassMethod && base->source >= 0 && !PyType_Check(base->obj.ptr())) {
+          // obj.per_side(x) of a classmethod: bound to type(obj), read by source (guarded to
+          // stay that class), so `cls.sides` in it is read as any class attribute is.
+          ValuePtr cls = entry_.load(entry_.sources().attr(base->source, "__class__"));
+          if (cls && cls->source >= 0) {
+            ValuePtr method = Value::object(found);
+            method->bound_self = cls;
+            return method;
+          }
+        }
         return bind_class_attribute(kind, found, base, base, name);
       }
       break;
