@@ -206,6 +206,9 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     custom_op = py::getattr(fn_in, "_opoverload", py::none());
   }
   py::handle fn = custom_op && !custom_op.is_none() ? custom_op : fn_in;
+  const std::string hint = custom_op && !custom_op.is_none()
+                               ? py::str(custom_op.attr("_opname")).cast<std::string>()
+                               : name_hint;
   if (is_method && (method == "addcdiv_" || method == "addcdiv" || method == "addcmul_" ||
                     method == "addcmul")) {
     if (ValuePtr rewritten = addc_with_tensor_value(method, args, kwargs)) return rewritten;
@@ -343,7 +346,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     spec.fake = result;
     spec.metas = std::move(metas);
     spec.tuple_result = tuple_result;
-    spec.name_hint = name_hint;
+    spec.name_hint = hint;
     return rec.add(std::move(spec));
   };
   if (is_tensor(result.ptr())) {

@@ -466,3 +466,12 @@ def test_a_custom_op_takes_its_size_rule_from_its_fake_implementation():
     # ... and the width the fake implementation compared is pinned with them.
     w2 = torch.randn(2, 6)
     assert count_graphs(lambda x: chunks_custom_op_rows(x, w2), [((4, 2),), ((4, 2),)]) == 1
+
+
+def test_a_custom_op_prints_as_its_operator():
+    from framejit.testing import regions
+    compiled = framejit.compile(chunks_a_custom_op, backend=CompileCounter())
+    x, w = torch.randn(2, 4), torch.randn(4, 6)
+    assert same(compiled(x, w), chunks_a_custom_op(x, w))
+    graph = regions(chunks_a_custom_op)[0]["graph"]
+    assert 'rows_times: "f32[2, 6]" = torch.ops.framejit_test.rows_times.default(x, w)' in graph, graph
