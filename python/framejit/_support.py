@@ -792,7 +792,8 @@ def probe_size_rule(op, args, kwargs):
         return None
     key = [op]
     for position, value in list(enumerate(args)) + sorted(kwargs.items()):
-        key.append((position, (tuple(value.shape), value.dtype) if isinstance(value, torch.Tensor) else repr(value)))
+        key.append((position, (tuple(value.shape), value.stride(), value.dtype)
+                              if isinstance(value, torch.Tensor) else repr(value)))
     key = tuple(key)
     if key not in _PROBED_RULES:
         try:
