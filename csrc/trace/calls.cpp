@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <unordered_map>
 
@@ -106,6 +107,19 @@ bool is_python_constant(py::handle value) {
   return false;
 }
 
+// A NumPy scalar (np.prod(shape) is an np.int64): a constant of the trace as it is, its type
+// kept (it is no int), the Python number it holds where it reaches a torch call (arg_of).
+bool is_numpy_scalar(py::handle value) {
+  const char* name = Py_TYPE(value.ptr())->tp_name;
+  if (std::strncmp(name, "numpy.", 6) != 0 || std::strcmp(name, "numpy.ndarray") == 0) return false;
+  py::object module = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("numpy").ptr()));
+  if (!module) {
+    PyErr_Clear();
+    return false;
+  }
+  return PyObject_IsInstance(value.ptr(), module.attr("generic").ptr()) == 1;
+}
+
 ValuePtr constant_result(py::object result, const std::string& what) {
   if (PyFloat_Check(result.ptr()) && !PyFloat_CheckExact(result.ptr()) &&
       std::string(Py_TYPE(result.ptr())->tp_name) == "numpy.float64") {
@@ -123,7 +137,7 @@ ValuePtr constant_result(py::object result, const std::string& what) {
                                              : Value::tuple(std::move(items));
     }
   }
-  if (!is_python_constant(result)) {
+  if (!is_python_constant(result) && !is_numpy_scalar(result)) {
     FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {}, which is not traced yet", what,
                    Py_TYPE(result.ptr())->tp_name);
   }

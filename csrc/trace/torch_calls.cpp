@@ -88,7 +88,6 @@ Arg arg_of(const ValuePtr& value) {
     case VKind::kTensor:
       return Arg::of(value->node);
     case VKind::kConst:
-      return Arg::constant(value->obj);
     case VKind::kObject:
       return Arg::constant(numpy_free(value->obj));
     case VKind::kTuple:

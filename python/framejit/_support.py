@@ -95,6 +95,11 @@ _QUERY_METHODS = {
 }
 
 
+# NumPy's functions that reduce or round numbers (pure: folded where called with constants).
+_NUMPY_REDUCTIONS = frozenset(("prod", "product", "sum", "mean", "amax", "amin", "max", "min",
+                               "round", "around", "clip", "floor_divide", "isclose"))
+
+
 def classify_callable(fn) -> CallableKind:
     """What fn is to the tracer: TORCH_OP (graph op), QUERY (constant from metadata), BUILTIN
     (pure), a grad-mode kind (see _grad_mode_kind), the listings and builtins the tracer answers
@@ -128,6 +133,8 @@ def classify_callable(fn) -> CallableKind:
         # @functools.cache / lru_cache (transformers' is_torch_greater_or_equal("2.9")): of
         # constants, the value it cached, as every later call answers; called at trace time
         return CallableKind.BUILTIN
+    if module == "numpy" and getattr(fn, "__name__", "") in _NUMPY_REDUCTIONS:
+        return CallableKind.BUILTIN  # np.prod(x.shape[1:]): folded on constants, like a ufunc
     if type(fn).__name__ == "ufunc" and type(fn).__module__ == "numpy":
         return CallableKind.BUILTIN  # np.sqrt(d_model): elementwise math, folded on constants
     if fn in _NULL_CONTEXTS:

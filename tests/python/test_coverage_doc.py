@@ -281,6 +281,8 @@ example("for t in set(config.layer_types):")(
 example("dict.fromkeys(names, 0)")(
     lambda x: x * sum(len(k) + v for k, v in dict.fromkeys(("ab", "c"), 1).items()))
 example("np.sqrt(self.d_model_size)")(lambda x: x * np.sqrt(OBJ.sides) + np.exp(0.0))
+example("x.view(b, np.prod(x.shape[1:]))", make=lambda: (torch.randn(2, 3, 4),))(
+    lambda x: x.view(x.shape[0], np.prod(x.shape[1:])) * int(np.sum([1, 2])))
 example("sum(i * i for i in range(4))")(lambda x: x * sum(i * i for i in range(4)))
 example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))

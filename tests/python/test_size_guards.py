@@ -387,6 +387,13 @@ def padded_mask(x):  # BioGPT: a mask of ones, padded by a walrus-assigned lengt
     return x * mask[..., None]
 
 
+def numpy_flatten(x):  # older model code: x.view(x.size(0), np.prod(x.shape[1:])) before a Linear
+    import numpy as np
+    n = np.prod(x.shape[1:])
+    assert type(n) is np.int64  # NumPy's scalar, as eager's
+    return x.view(x.size(0), n) * 2
+
+
 def input_heads_view(x):  # the input's own sizes are never taken as constants
     q = x.view(x.shape[0], -1, 4, 2).transpose(1, 2)  # -1: T * H / 8, H an input size
     return q * 2 if q.shape[2] > 1 else q
@@ -406,6 +413,7 @@ LIBRARY_CASES = [
     (PositionTable(), [((2, 3, 4),), ((3, 9, 4),), ((2, 14, 4),), ((2, 15, 4),)], 2),
     (padded_mask, SEQUENCES, 1),
     (input_heads_view, SEQUENCES, 3),
+    (numpy_flatten, [((2, 5, 8),), ((3, 5, 8),), ((3, 6, 8),)], 2),  # the batch is free
 ]
 
 
