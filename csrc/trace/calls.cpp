@@ -1064,6 +1064,22 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (v->is(ObjRole::kNewObject) && v->mapping) return Value::constant(py::int_(v->mapping->items.size()));
     }
   }
+  static PyObject* const kReprBuiltin =
+      py::object(py::module_::import("builtins").attr("repr")).release().ptr();
+  if ((callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type) || callable.ptr() == kReprBuiltin) &&
+      args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::kObject && args[0]->remake &&
+      args[0]->source < 0 && PyExceptionInstance_Check(args[0]->obj.ptr())) {
+    // str(e) / repr(e) of an exception the trace made from constants, whose class keeps the
+    // builtin __str__ / __repr__: its text now.
+    static PyObject* const kStr = PyUnicode_InternFromString("__str__");
+    static PyObject* const kRepr = PyUnicode_InternFromString("__repr__");
+    const bool as_str = callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type);
+    PyObject* method = _PyType_Lookup(Py_TYPE(args[0]->obj.ptr()), as_str ? kStr : kRepr);  // Borrowed
+    if (method != nullptr && !PyFunction_Check(method)) {
+      py::object text = as_str ? py::object(py::str(args[0]->obj)) : py::object(py::repr(args[0]->obj));
+      return Value::constant(std::move(text));
+    }
+  }
   if (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs)) {
     bool symbolic = false;
     bool sizes = false;

@@ -365,3 +365,35 @@ def test_next_past_the_end_raises_stopiteration_inside_the_trace():
 
     graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(3))
     assert graphs == 1 and exits == ["return"]
+
+
+class OwnText(Exception):
+    def __str__(self):
+        return "own text"
+
+
+def reads_the_message(x):
+    y = x + 1
+    try:
+        raise ValueError("bad size")
+    except ValueError as e:
+        msg = str(e) + repr(e)
+    return y * len(msg)
+
+
+def reads_an_own_message(x):
+    try:
+        raise OwnText("bad")
+    except OwnText as e:
+        msg = str(e)
+    return x * len(msg)
+
+
+def test_str_and_repr_of_a_caught_exception_are_its_text():
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_the_message, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x), reads_the_message(x)) and counter.frame_count == 1
+    assert [r["exit"] for r in regions(reads_the_message)] == ["return"]
+    # A class's own __str__ is Python code of its own: left to Python, with eager's result.
+    assert same(framejit.compile(reads_an_own_message, backend=CompileCounter())(x), x * 8)
