@@ -785,12 +785,13 @@ CASES = [
          {"branch", "iterate"}),
     Case(print_inside_loop, [(POS3, 3), (NEG3, 1)], 3, {"call"}),
     # --- F. try / except / finally ---
-    Case(raise_and_catch_in_branch, [(POS3,), (NEG3,)], 2, {"branch"}),
+    # (the branch, then each side: the raising one reads str(e) in the trace)
+    Case(raise_and_catch_in_branch, [(POS3,), (NEG3,)], 3, {"branch"}),
     Case(finally_runs, [(POS3,), (NEG3,)], 2, {"branch"}),
     # bounds count the graphs of hooked callees too (check_positive: branch, sqrt, .item())
     Case(catches_helper_error, [(POS3,), (NEG3,)], 5, {"call"}),
     Case(try_except_else_finally, [(T(3.0, 1.0, 2.0),), (T(1.0, 2.0, 3.0),)], 2, {"call"}),
-    Case(reraise_caught_outside, [(POS3,), (NEG3,)], 2, {"branch"}),
+    Case(reraise_caught_outside, [(POS3,), (NEG3,)], 3, {"branch"}),
     Case(zero_division_caught, [(T(1.0, 2.0),), (T(1.0, -1.0),)], 2, {"call"}),
     Case(torch_error_caught, [(T(1.0, 0.0, 0.0, 0.0, 1.0, 1.0),),  # view(3, -1) works
                               (T(1.0, 1.0, 1.0, 1.0, 0.0, 0.0),)], 2, {"call"}),  # (4, -1) raises
