@@ -1201,6 +1201,18 @@ class Exact {
       if (!add_scaled(result, a_constant ? *b : *a, scale)) return std::nullopt;
       return result;
     }
+    if (node->infix == "//" && b->terms.empty() && b->offset > 0) {
+      // (k * T + k * c) // k: exact where k divides every factor and the offset (ProphetNet's
+      // ngram_sequence_length // (1 + ngram) of the streams cat along the length).
+      const int64_t k = b->offset;
+      bool exact = a->offset % k == 0;
+      for (const auto& term : a->terms) exact = exact && term.second % k == 0;
+      if (!exact) return std::nullopt;
+      result = *a;
+      result.offset /= k;
+      for (auto& term : result.terms) term.second /= k;
+      return result;
+    }
     return std::nullopt;
   }
 

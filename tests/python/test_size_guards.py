@@ -309,6 +309,12 @@ def streams_chunked(x):  # ProphetNet: the main and predicted streams, cat along
     return main + sum(rest), len(streams)
 
 
+def streams_divided(x):  # ProphetNet's next layer: the length back as ngram_length // (1 + n)
+    h = torch.cat([x, x * 2, x * 3], dim=1)
+    t = h.size(1) // 3
+    return [c.sum() for c in h.view(x.size(0), 3 * t, x.size(2)).chunk(3, dim=1)]
+
+
 def length_chunked(x):  # chunk(3) of a length T: as many pieces as T allows (up to 3)
     return [p.sum() for p in x.chunk(3, dim=1)]
 
@@ -405,6 +411,7 @@ LIBRARY_CASES = [
     (HeadsMerged(), SEQUENCES + [((4, 1, 8),)], 2),
     (ShapeAsserted(), SEQUENCES, 1),
     (streams_chunked, SEQUENCES + [((2, 0, 8),)], 1),
+    (streams_divided, SEQUENCES, 1),
     (length_chunked, [((2, 5, 8),), ((2, 2, 8),), ((2, 5, 8),), ((2, 9, 8),)], 3),
     (QkvChunks(), SEQUENCES, 1),
     (Rotary(), [((2, 5, 4),), ((3, 9, 4),), ((1, 2, 4),)], 1),
