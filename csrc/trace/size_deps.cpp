@@ -666,10 +666,9 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     if (!aligned_dims(node, dim, rule.from)) return std::nullopt;
     return rule;
   }
-  if (base_name_in(text, {"histc"})) {  // as many counts as bins (a constant)
+  if (base_name_in(text, {"histc"})) {  // as many counts as bins (a constant; 100 by default)
     const Arg* bins = arg_at(node, 1, "bins");
-    if (bins == nullptr) return rank == 1 ? std::optional<DimRule>(rule_of(How::kFixed)) : std::nullopt;  // 100
-    if (rank != 1 || !const_int(bins)) return std::nullopt;
+    if (rank != 1 || (bins != nullptr && !const_int(bins))) return std::nullopt;
     return rule_of(How::kFixed);
   }
   if (base_name_in(text, {"linear"})) {
