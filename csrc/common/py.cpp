@@ -38,6 +38,22 @@ std::string str_text(PyObject* str) {
   return data;
 }
 
+bool is_numpy_instance(PyObject* obj, const char* type_name) {
+  PyObject* name = PyUnicode_FromString("numpy");  // New
+  PyObject* numpy = name == nullptr ? nullptr : PyImport_GetModule(name);  // New or NULL
+  Py_XDECREF(name);
+  if (numpy == nullptr) {
+    PyErr_Clear();
+    return false;  // NumPy was never imported: nothing here is a NumPy object
+  }
+  PyObject* type = PyObject_GetAttrString(numpy, type_name);  // New
+  Py_DECREF(numpy);
+  const int is = type == nullptr ? -1 : PyObject_IsInstance(obj, type);
+  Py_XDECREF(type);
+  if (is < 0) PyErr_Clear();
+  return is == 1;
+}
+
 std::string fetch_and_clear_error() {
   if (!PyErr_Occurred()) return {};
   PyObject *type, *value, *traceback;  // all New after PyErr_Fetch

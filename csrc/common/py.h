@@ -26,6 +26,10 @@ inline bool is_plain_dict(PyObject* obj) { return PyDict_CheckExact(obj) || PyOD
 // The UTF-8 text of a str object (a code object's file or name), "?" if it has none. Never throws.
 std::string str_text(PyObject* str);
 
+// isinstance(obj, numpy.<type_name>) ("generic": a NumPy scalar, "ndarray"); false where NumPy
+// was never imported (then nothing is a NumPy object). Never throws. Borrowed: obj.
+bool is_numpy_instance(PyObject* obj, const char* type_name);
+
 // The current Python exception as "Type: message", cleared. Empty if none is set.
 std::string fetch_and_clear_error();
 

@@ -110,14 +110,8 @@ bool is_python_constant(py::handle value) {
 // A NumPy scalar (np.prod(shape) is an np.int64): a constant of the trace as it is, its type
 // kept (it is no int), the Python number it holds where it reaches a torch call (arg_of).
 bool is_numpy_scalar(py::handle value) {
-  const char* name = Py_TYPE(value.ptr())->tp_name;
-  if (std::strncmp(name, "numpy.", 6) != 0 || std::strcmp(name, "numpy.ndarray") == 0) return false;
-  py::object module = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("numpy").ptr()));
-  if (!module) {
-    PyErr_Clear();
-    return false;
-  }
-  return PyObject_IsInstance(value.ptr(), module.attr("generic").ptr()) == 1;
+  return std::strncmp(Py_TYPE(value.ptr())->tp_name, "numpy.", 6) == 0 &&
+         is_numpy_instance(value.ptr(), "generic");
 }
 
 ValuePtr constant_result(py::object result, const std::string& what) {

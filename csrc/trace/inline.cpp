@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <set>
@@ -464,7 +465,8 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
   for (const char* hooks : kHookDicts) {
     py::object dict = py::getattr(obj, hooks, py::none());
     if (!dict.is_none() && py::len(dict) > 0) {
-      if (hooks[1] == 'f' && self->source >= 0 && PyDict_Check(dict.ptr())) {
+      const bool forward_side = std::strncmp(hooks, "_forward", 8) == 0;
+      if (forward_side && self->source >= 0 && PyDict_Check(dict.ptr())) {
         forward_hooks = true;  // (its items are read and guarded where the form iterates them)
         continue;
       }

@@ -64,18 +64,15 @@ py::object meta_value(const ValuePtr& value) {
 // `np`, which its globals lack; torch treats both as the same scalar. A NumPy array is left to
 // the runtime. Other objects: unchanged.
 py::object numpy_free(py::object value) {
-  py::object module = py::reinterpret_steal<py::object>(PyImport_GetModule(py::str("numpy").ptr()));
-  if (!module) {
-    PyErr_Clear();
-    return value;  // NumPy was never imported: nothing here is a NumPy object
+  PyObject* obj = value.ptr();
+  if (obj == Py_None || PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+      PyUnicode_CheckExact(obj)) {
+    return value;  // (most constants: no NumPy lookup)
   }
-  if (PyObject_IsInstance(value.ptr(), module.attr("generic").ptr()) == 1) {
-    return value.attr("item")();
-  }
-  if (PyObject_IsInstance(value.ptr(), module.attr("ndarray").ptr()) == 1) {
+  if (is_numpy_instance(obj, "generic")) return value.attr("item")();
+  if (is_numpy_instance(obj, "ndarray")) {
     FJ_UNSUPPORTED(kUnsupportedValue, "a NumPy array passed to a torch call");
   }
-  PyErr_Clear();
   return value;
 }
 

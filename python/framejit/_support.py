@@ -617,8 +617,8 @@ _STATELESS_MODULE_FILES = {
 # (globals, cells, items, other objects' attributes), import, make a generator, or handle an
 # exception (the watch's refusal must end the constructor: Python drops a profile hook that
 # raised, so code that caught it would run on unwatched).
-_INIT_REFUSED_OPS = frozenset(("PUSH_EXC_INFO", 
-    "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "STORE_NAME", "DELETE_NAME",
+_INIT_REFUSED_OPS = frozenset((
+    "PUSH_EXC_INFO", "STORE_GLOBAL", "DELETE_GLOBAL", "STORE_DEREF", "DELETE_DEREF", "STORE_NAME", "DELETE_NAME",
     "STORE_SUBSCR", "DELETE_SUBSCR", "STORE_SLICE", "DELETE_ATTR", "IMPORT_NAME", "IMPORT_FROM",
     "IMPORT_STAR", "YIELD_VALUE", "RETURN_GENERATOR", "SETUP_ANNOTATIONS"))
 # Builtins a constructor may call: they read their arguments and change nothing.
@@ -636,7 +636,7 @@ _INIT_PURE_METHODS = frozenset((
 class _InitWatch:
     """Runs a module class's constructor under a profile hook that refuses, by raising before
     it runs, any call but those listed above (see stateless_module); its codes were checked
-    before (_init_code_writes_only_self): they can neither write elsewhere nor catch the
+    before (_init_code_writes_only): they can neither write elsewhere nor catch the
     refusal."""
 
     # torch's own files whose code a module's constructor runs: Module.__init__, __setattr__,
@@ -654,7 +654,7 @@ class _InitWatch:
     @staticmethod
     def of(cls):
         if type(cls).__call__ is not type.__call__ or cls.__module__.startswith(("torch", "framejit")):
-            return None
+            return None  # (torch.nn.Module itself too)
         codes = set()
         for klass in cls.__mro__:
             if klass is torch.nn.Module:
@@ -664,9 +664,14 @@ class _InitWatch:
             init = vars(klass).get("__init__")
             if init is None:
                 continue
-            if not isinstance(init, types.FunctionType) or not _init_code_writes_only_self(init.__code__):
+            if not isinstance(init, types.FunctionType) or init.__code__.co_argcount == 0:
                 return None
-            codes.update(_nested_codes(init.__code__))
+            made = list(_nested_codes(init.__code__))
+            self_name = init.__code__.co_varnames[0]
+            # the nested functions and comprehensions store no attribute at all
+            if not all(_init_code_writes_only(code, self_name if code is made[0] else None) for code in made):
+                return None
+            codes.update(made)
         return _InitWatch(cls, codes)
 
     def construct(self, args, kwargs):
@@ -712,12 +717,9 @@ def _pure_call(fn):
     return type(owner) in (str, dict, tuple, list, int, float, frozenset) and name in _INIT_PURE_METHODS
 
 
-def _init_code_writes_only_self(code, self_name=None):
-    """Whether a constructor's code (and the code it nests) holds no refused opcode and stores
-    attributes only on its first argument, which it never rebinds."""
-    if self_name is None and code.co_argcount == 0:
-        return False
-    self_name = code.co_varnames[0] if self_name is None else self_name
+def _init_code_writes_only(code, self_name):
+    """Whether one code of a constructor holds no refused opcode and stores attributes only on
+    `self_name` (None: on nothing), which it never rebinds."""
     previous = None
     for ins in dis.get_instructions(code):
         if ins.opname in _INIT_REFUSED_OPS:
@@ -736,12 +738,9 @@ def _init_code_writes_only_self(code, self_name=None):
                 target = previous.argval
             elif previous is not None and previous.opname == "LOAD_FAST_LOAD_FAST":
                 target = previous.argval[1]
-            if target != self_name:
+            if self_name is None or target != self_name:
                 return False
         previous = ins
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType) and not _init_code_writes_only_self(const, ""):
-            return False
     return True
 
 
