@@ -94,4 +94,16 @@ bool same_constant(PyObject* value, PyObject* expected) {
   return eq == 1;
 }
 
+PyObject* make_tuple_of_type(PyObject* items, PyObject* type) {
+  if (type == reinterpret_cast<PyObject*>(&PyTuple_Type)) return items;
+  PyObject* out = nullptr;
+  if (PyObject_HasAttrString(type, "_make")) {  // collections.namedtuple, typing.NamedTuple
+    out = PyObject_CallMethod(type, "_make", "(O)", items);  // (one argument: the tuple)
+  } else {  // structseq (torch.return_types.*) and torch.Size take one iterable
+    out = PyObject_CallOneArg(type, items);
+  }
+  Py_DECREF(items);
+  return out;
+}
+
 }  // namespace framejit

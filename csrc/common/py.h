@@ -30,6 +30,11 @@ std::string str_text(PyObject* str);
 // was never imported (then nothing is a NumPy object). Never throws. Borrowed: obj.
 bool is_numpy_instance(PyObject* obj, const char* type_name);
 
+// A tuple of class `type` holding `items` (a tuple; stolen): a namedtuple through its _make, a
+// structseq or torch.Size from the one iterable they take, a plain tuple as it is. New
+// reference, or null with an error set.
+PyObject* make_tuple_of_type(PyObject* items, PyObject* type);
+
 // The current Python exception as "Type: message", cleared. Empty if none is set.
 std::string fetch_and_clear_error();
 

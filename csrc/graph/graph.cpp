@@ -1,6 +1,8 @@
 // Graph IR construction, dead getitem removal and the verifier.
 #include "graph/graph.h"
 
+#include <cstring>
+
 #include <algorithm>
 #include <cctype>
 #include <unordered_set>
@@ -219,14 +221,18 @@ bool Graph::mutates_tensors() const {
 }
 
 bool returns_none_inplace(const std::string& target_text) {
-  return target_text == "operator.setitem";
+  return target_text == "operator.setitem" || target_text == "numpy.ndarray.setitem";
 }
 
 bool is_inplace_operator(const std::string& target_text) {
   static const char* kInplace[] = {"iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul",
                                    "imod", "ior", "ipow", "irshift", "isub", "itruediv", "ixor"};
-  for (const char* name : kInplace) {
-    if (target_text == std::string("operator.") + name) return true;
+  // (operator's on tensors; NumPy's on arrays of the trace, python/framejit/_numpy.py)
+  for (const char* prefix : {"operator.", "numpy.ndarray."}) {
+    if (target_text.compare(0, std::strlen(prefix), prefix) != 0) continue;
+    for (const char* name : kInplace) {
+      if (target_text.compare(std::strlen(prefix), std::string::npos, name) == 0) return true;
+    }
   }
   return false;
 }

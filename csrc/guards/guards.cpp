@@ -238,7 +238,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
     }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
-      return (PyTuple_CheckExact(value) || PyList_CheckExact(value)) &&
+      // (a namedtuple too: the guard before this one pinned its exact class)
+      return (PyTuple_Check(value) || PyList_CheckExact(value)) &&
              PySequence_Fast_GET_SIZE(value) == guard.n;
     case GuardKind::kDictContains: {  // a dict's own contents (of a subclass too)
       if (!PyDict_Check(value)) return false;

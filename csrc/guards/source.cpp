@@ -233,7 +233,11 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
         }
         return Py_NewRef(value);
       }
-      if ((PyTuple_CheckExact(base) || PyList_CheckExact(base)) && PyLong_CheckExact(s.key.ptr())) {
+      // (a tuple subclass reading its items as tuple does: a namedtuple's storage)
+      const bool tuple_items = PyTuple_CheckExact(base) ||
+                               (PyTuple_Check(base) && Py_TYPE(base)->tp_as_mapping != nullptr &&
+                                Py_TYPE(base)->tp_as_mapping->mp_subscript == PyTuple_Type.tp_as_mapping->mp_subscript);
+      if ((tuple_items || PyList_CheckExact(base)) && PyLong_CheckExact(s.key.ptr())) {
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(base);
         Py_ssize_t i = PyLong_AsSsize_t(s.key.ptr());
         if (i < 0) i += n;

@@ -5,23 +5,6 @@
 
 namespace framejit {
 
-namespace {
-
-// New reference to a tuple/namedtuple/structseq of `items` (stolen) of exact type `type`.
-PyObject* make_tuple_of_type(PyObject* items, PyObject* type) {
-  if (type == reinterpret_cast<PyObject*>(&PyTuple_Type)) return items;
-  PyObject* out = nullptr;
-  if (PyObject_HasAttrString(type, "_make")) {  // collections.namedtuple
-    out = PyObject_CallMethod(type, "_make", "O", items);
-  } else {  // structseq (torch.return_types.*) and torch.Size take one iterable
-    out = PyObject_CallOneArg(type, items);
-  }
-  Py_DECREF(items);
-  return out;
-}
-
-}  // namespace
-
 Rebuild Rebuild::slot(int index) {
   Rebuild r;
   r.kind = Kind::kSlot;

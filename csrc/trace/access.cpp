@@ -126,6 +126,39 @@ ValuePtr bind_class_attribute(AttrKind kind, py::handle fn, const ValuePtr& self
   return method;
 }
 
+ValuePtr Tracer::enum_member_attr(const ValuePtr& member, const std::string& name) {
+  if (name != "value" && name != "name" && name != "_value_" && name != "_name_") return nullptr;
+  PyRefs& refs = PyRefs::get();
+  PyObject* obj = member->obj.ptr();
+  if (member->role != ObjRole::kPlain || member->bound_self || !refs.is_enum_member(obj)) return nullptr;
+  // Mode.TRAIN.value / .name: fixed when the class made its members (enum's own properties read
+  // _value_ and _name_), so constants of the trace once the member is known: guarded by
+  // identity. A class that defines value or name itself is not answered here.
+  py::str key(name);
+  if (name[0] != '_' &&
+      _PyType_Lookup(Py_TYPE(obj), key.ptr()) != _PyType_Lookup(reinterpret_cast<PyTypeObject*>(refs.enum_type.ptr()), key.ptr())) {
+    return nullptr;
+  }
+  py::object value = py::getattr(member->obj, key, py::none());
+  if (value.is_none() && !PyObject_HasAttr(obj, key.ptr())) return nullptr;
+  if (member->source >= 0) entry_.guard_id(member->source, obj);
+  if (PyTuple_CheckExact(value.ptr())) {
+    bool constant = true;
+    for (py::handle item : value) constant = constant && wrap_unsourced(py::reinterpret_borrow<py::object>(item))->is_const();
+    if (constant) return Value::constant(std::move(value));
+  }
+  return wrap_unsourced(std::move(value));
+}
+
+ValuePtr Tracer::enum_as_constant(const ValuePtr& value) {
+  if (value->kind != VKind::kObject || value->role != ObjRole::kPlain || value->bound_self ||
+      !PyRefs::get().is_enum_member(value->obj.ptr())) {
+    return value;
+  }
+  if (value->source >= 0) entry_.guard_id(value->source, value->obj.ptr());
+  return Value::constant(value->obj);
+}
+
 ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup how) {
   switch (base->kind) {
     case VKind::kTensor:
@@ -136,6 +169,10 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         value = base->obj.attr(name.c_str());
       } catch (const py::error_already_set&) {
         FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}'", base->describe(), name);
+      }
+      if (PyType_Check(base->obj.ptr()) && PyCallable_Check(value.ptr()) && !PyMethod_Check(value.ptr())) {
+        // A class's function (object.__setattr__, a staticmethod's function): as read off it.
+        return wrap_unsourced(std::move(value));
       }
       if (PyCallable_Check(value.ptr())) {
         FJ_UNSUPPORTED(kUnsupportedValue, "bound method {} of a constant", name);
@@ -155,6 +192,15 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         if (PyLong_CheckExact(index.ptr())) return base->items[index.cast<size_t>()];
       } catch (const py::error_already_set&) {
       }
+      // Class data of a namedtuple (_fields, _field_defaults): read as it is, like a class's
+      // methods.
+      if (!name.empty() && name[0] == '_' && name != "__class__") {
+        PyObject* found = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(base->pytype.ptr()),
+                                         py::str(name).ptr());  // Borrowed
+        if (found != nullptr && (PyTuple_CheckExact(found) || PyDict_CheckExact(found))) {
+          return class_data(py::reinterpret_borrow<py::object>(found));
+        }
+      }
       break;
     }
     case VKind::kObject: {
@@ -165,6 +211,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       }
       if (const ValuePtr* stored = effects_.pending(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
+      if (ValuePtr fixed = enum_member_attr(base, name)) return fixed;
       if (is_stable_namespace(obj)) {
         py::object value;
         try {
@@ -691,6 +738,7 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
       return SizeTracker::is_symbolic_slice(part) ? part : sizes_.concretize(part);
     };
     const ValuePtr key = key_in->kind == VKind::kTuple ? Value::map_items(key_in, index) : index(key_in);
+    if (base->ndarray) return ndarray_operator("getitem", {base, key});
     return record_operator("getitem", "[]", {base, key});
   }
   if (ValuePtr found = item_by_object(base, key_in)) return found;
@@ -863,29 +911,61 @@ bool Tracer::record_store(const ValuePtr& target, const std::string& name, Value
   return false;
 }
 
-bool Tracer::store_item(const ValuePtr& container_in, const ValuePtr& key, const ValuePtr& value) {
+bool Tracer::store_item(const ValuePtr& container_in, const ValuePtr& key_in, const ValuePtr& value) {
   if (container_in->kind == VKind::kTensor) {
-    record_operator("setitem", "", {container_in, key, value});
+    if (container_in->ndarray) {
+      ndarray_operator("setitem", {container_in, key_in, value});
+      return false;
+    }
+    record_operator("setitem", "", {container_in, key_in, value});
     return false;
   }
   static PyObject* const kSetitem = PyUnicode_InternFromString("__setitem__");
-  if (container_in->is(ObjRole::kNewObject) && inline_special_method(container_in, kSetitem, {key, value})) {
+  if (container_in->is(ObjRole::kNewObject) && inline_special_method(container_in, kSetitem, {key_in, value})) {
     return true;
   }
   // An object the trace made that is a dict (subclass): its items.
   const ValuePtr& container = container_in->is(ObjRole::kNewObject) && container_in->mapping
                                   ? container_in->mapping : container_in;
   if (container->kind == VKind::kObject && container->source >= 0 &&
-      PyDict_CheckExact(container->obj.ptr()) && key->is_const()) {
+      PyDict_CheckExact(container->obj.ptr()) && key_in->is_const()) {
     // `inputs["y"] += x` stores back the very tensor it read (mutated in place): no side effect.
-    const int slot = entry_.sources().find(entry_.sources().item(container->source, key->obj));
+    const int slot = entry_.sources().find(entry_.sources().item(container->source, key_in->obj));
     if (slot >= 0 && entry_.value_at(slot) == value) return false;
   }
+  const ValuePtr key = container->kind == VKind::kList ? sizes_.concretize(key_in) : key_in;
   if (!key->is_constant_tree()) {
     FJ_UNSUPPORTED(kUnsupportedValue, "item assignment with key {}", key->describe());
   }
-  make_writable(container);
   const py::object k = key->as_python();
+  if (container->kind == VKind::kList && PySlice_Check(k.ptr())) {
+    // l[a:b] = items: the slice replaced (any length for a step of 1, else as many items).
+    std::vector<ValuePtr> replacement;
+    if (!(value->is_sequence() || value->kind == VKind::kIter || value->is_const()) ||
+        !iterable_items(value, replacement)) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "slice assignment of {}", value->describe());
+    }
+    Py_ssize_t start = 0, stop = 0, step = 1;
+    if (PySlice_Unpack(k.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+    auto& items = container->items;
+    const Py_ssize_t length =
+        PySlice_AdjustIndices(static_cast<Py_ssize_t>(items.size()), &start, &stop, step);
+    if (step != 1 && static_cast<size_t>(length) != replacement.size()) {
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "a slice of {} items assigned {} (ValueError at run time)",
+                        length, replacement.size());
+    }
+    make_writable(container);
+    if (value->kind == VKind::kIter) value->exhaust();
+    if (step == 1) {
+      stop = std::max(stop, start);
+      items.erase(items.begin() + start, items.begin() + stop);
+      items.insert(items.begin() + start, replacement.begin(), replacement.end());
+    } else {
+      for (Py_ssize_t i = 0; i < length; ++i) items[start + i * step] = replacement[i];
+    }
+    return false;
+  }
+  make_writable(container);
   if (container->kind == VKind::kList && PyLong_CheckExact(k.ptr())) {
     const Py_ssize_t n = static_cast<Py_ssize_t>(container->items.size());
     Py_ssize_t i = k.cast<Py_ssize_t>();
@@ -907,6 +987,22 @@ void Tracer::delete_item(const ValuePtr& container, const ValuePtr& key_in) {
     FJ_UNSUPPORTED(kUnsupportedValue, "del of {}[{}]", container->describe(), key->describe());
   }
   const py::object k = key->as_python();
+  if (container->kind == VKind::kList && PySlice_Check(k.ptr())) {  // del l[a:b]
+    Py_ssize_t start = 0, stop = 0, step = 1;
+    if (PySlice_Unpack(k.ptr(), &start, &stop, &step) < 0) throw py::error_already_set();
+    auto& items = container->items;
+    const Py_ssize_t length =
+        PySlice_AdjustIndices(static_cast<Py_ssize_t>(items.size()), &start, &stop, step);
+    make_writable(container);
+    std::vector<bool> gone(items.size(), false);
+    for (Py_ssize_t i = 0; i < length; ++i) gone[start + i * step] = true;
+    std::vector<ValuePtr> kept;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!gone[i]) kept.push_back(items[i]);
+    }
+    items = std::move(kept);
+    return;
+  }
   const bool list_index = container->kind == VKind::kList && PyLong_CheckExact(k.ptr());
   const bool dict = container->kind == VKind::kDict ||
                     (container->is(ObjRole::kPlain) && PyDict_CheckExact(container->obj.ptr()));

@@ -188,6 +188,7 @@ py::object type_of(const ValuePtr& value) {
   };
   switch (value->kind) {
     case VKind::kTensor:
+      if (value->ndarray) return py::module_::import("numpy").attr("ndarray");
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kObject:
       if (value->is(ObjRole::kNewObject) || value->is(ObjRole::kPartial)) return value->obj;
@@ -297,6 +298,13 @@ py::object class_info(const ValuePtr& value) {
   if ((value->kind == VKind::kObject || value->kind == VKind::kConst) && PyType_Check(value->obj.ptr())) {
     return value->obj;
   }
+  if (value->kind == VKind::kObject && value->role == ObjRole::kPlain &&
+      std::strcmp(Py_TYPE(value->obj.ptr())->tp_name, "_SpecialGenericAlias") == 0) {
+    // typing.Mapping, typing.Sequence, typing.List (unsubscripted): isinstance checks their
+    // origin class (collections.abc.Mapping, list).
+    py::object origin = py::getattr(value->obj, "__origin__", py::none());
+    if (PyType_Check(origin.ptr())) return origin;
+  }
   if (value->kind != VKind::kTuple) return py::object();
   py::tuple out(value->items.size());
   for (size_t i = 0; i < value->items.size(); ++i) {
@@ -369,6 +377,14 @@ ValuePtr Tracer::iterator_builtin(const std::string& name, const std::vector<Val
         return it;
       }
       std::vector<ValuePtr> items;
+      if (seq->kind == VKind::kObject && seq->source >= 0 && !seq->bound_self &&
+          PyObject_IsInstance(seq->obj.ptr(), PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 0 &&
+          module_children(seq, items)) {
+        // reversed(self.layers) of a ModuleList / Sequential: its children (read by source, their
+        // number guarded), last first, as its __len__ and __getitem__ give them.
+        std::reverse(items.begin(), items.end());
+        return Value::iter(std::move(items));
+      }
       if (seq->kind == VKind::kTuple || seq->kind == VKind::kDict ||
           (seq->is_const() && PyTuple_Check(seq->obj.ptr()))) {
         ValuePtr forward = iterator_of(seq);
@@ -414,32 +430,53 @@ ValuePtr Tracer::environ_lookup(const ValuePtr& env, const ValuePtr& key_in, con
 ValuePtr Tracer::dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
   // dict(), dict(mapping), dict(pairs), dict(**kw): a new dict of the trace.
   ValuePtr out = Value::dict({}, {});
-  auto set = [&](py::object key, ValuePtr value) { out->set_key(std::move(key), std::move(value)); };
   if (args.size() > 1) FJ_UNSUPPORTED(kUnsupportedCall, "dict() with {} positional arguments", args.size());
   if (args.size() == 1) {
-    const ValuePtr& from = args[0];
     std::vector<std::pair<py::object, ValuePtr>> entries;
-    if (from->kind == VKind::kDict) {
-      for (size_t i = 0; i < from->keys.size(); ++i) set(from->keys[i], from->items[i]);
-    } else if (from->is(ObjRole::kNewObject) && from->mapping) {
-      for (size_t i = 0; i < from->mapping->keys.size(); ++i) set(from->mapping->keys[i], from->mapping->items[i]);
-    } else if (dict_by_source(from, entries)) {
-      for (auto& [key, value] : entries) set(key, value);
-    } else if (from->is_sequence()) {
-      for (const ValuePtr& pair_in : from->items) {
-        const ValuePtr pair = sizes_.concretize(pair_in);
-        std::vector<ValuePtr> kv;
-        if (!iterable_items(pair, kv) || kv.size() != 2 || !kv[0]->is_constant_tree()) {
-          FJ_UNSUPPORTED(kUnsupportedCall, "dict() of {}", pair->describe());
-        }
-        set(kv[0]->as_python(), kv[1]);
-      }
-    } else {
-      FJ_UNSUPPORTED(kUnsupportedCall, "dict() of {}", from->describe());
+    if (!mapping_entries(args[0], entries)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "dict() of {}", args[0]->describe());
     }
+    for (auto& [key, value] : entries) out->set_key(std::move(key), std::move(value));
   }
-  for (const auto& [key, value] : kwargs) set(py::str(key), value);
+  for (const auto& [key, value] : kwargs) out->set_key(py::str(key), value);
   return out;
+}
+
+bool Tracer::mapping_entries(const ValuePtr& from, std::vector<std::pair<py::object, ValuePtr>>& out) {
+  if (from->kind == VKind::kDict) {
+    for (size_t i = 0; i < from->keys.size(); ++i) out.emplace_back(from->keys[i], from->items[i]);
+    return true;
+  }
+  if (from->is(ObjRole::kNewObject) && from->mapping) return mapping_entries(from->mapping, out);
+  if (from->is_const() && PyDict_CheckExact(from->obj.ptr())) {
+    for (auto [key, value] : py::reinterpret_borrow<py::dict>(from->obj)) {
+      out.emplace_back(py::reinterpret_borrow<py::object>(key),
+                       Value::constant(py::reinterpret_borrow<py::object>(value)));
+    }
+    return true;
+  }
+  if (from->kind == VKind::kObject && dict_by_source(from, out)) return true;
+  std::vector<ValuePtr> pairs;
+  const bool iterator = from->kind == VKind::kIter;
+  if (!(from->is_sequence() || iterator || from->is(ObjRole::kDictView) ||
+        (from->is_const() && !PyUnicode_Check(from->obj.ptr()))) ||
+      !iterable_items(from, pairs)) {
+    return false;
+  }
+  std::vector<std::pair<py::object, ValuePtr>> entries;
+  for (const ValuePtr& pair_in : pairs) {
+    const ValuePtr pair = sizes_.concretize(pair_in);
+    std::vector<ValuePtr> kv;
+    if (!(pair->is_sequence() || pair->is_const()) || !iterable_items(pair, kv) || kv.size() != 2) {
+      return false;
+    }
+    const ValuePtr key = sizes_.concretize(kv[0]);
+    if (!key->is_constant_tree()) return false;
+    entries.emplace_back(key->as_python(), kv[1]);
+  }
+  if (iterator) from->exhaust();
+  for (auto& entry : entries) out.push_back(std::move(entry));
+  return true;
 }
 
 ValuePtr Tracer::autograd_function_call(std::vector<ValuePtr> args, KwValues kwargs) {
@@ -529,11 +566,32 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(py::none());
       }
     }
+    if (self->kind == VKind::kTensor && self->ndarray) return ndarray_method(name, args, kwargs);
+    if (self->kind == VKind::kTensor) {
+      if (name == "numpy") return tensor_to_numpy(self, args, kwargs);
+      for (size_t k = 1; k < args.size(); ++k) {
+        if (holds_ndarray(args[k])) FJ_UNSUPPORTED(kUnsupportedCall, "Tensor.{}() of a NumPy array", name);
+      }
+      for (const auto& kw : kwargs) {
+        if (holds_ndarray(kw.second)) FJ_UNSUPPORTED(kUnsupportedCall, "Tensor.{}() of a NumPy array", name);
+      }
+    }
     if (self->kind == VKind::kTensor && name == "type" && args.size() == 2 && kwargs.empty() &&
         args[1]->is_const() &&
         Py_TYPE(args[1]->obj.ptr()) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr())) {
       // x.type(torch.float16) is x.to(torch.float16) (itself where the dtype is x's already).
       return record_call(NodeKind::kCallMethod, py::none(), "to", std::move(args), {}, "", "to");
+    }
+    if (self->kind == VKind::kTensor && name == "type" && args.size() == 2 && kwargs.empty() &&
+        args[1]->is_const()) {
+      // x.type("torch.DoubleTensor") / x.type(torch.cuda.HalfTensor): x.to(device, dtype) of
+      // that legacy type's device and dtype.
+      py::object target = refs.support.attr("legacy_tensor_type")(args[1]->obj);
+      if (!target.is_none()) {
+        KwValues to_kwargs = {{"device", Value::constant(target[py::int_(0)])},
+                              {"dtype", Value::constant(target[py::int_(1)])}};
+        return record_call(NodeKind::kCallMethod, py::none(), "to", {self}, std::move(to_kwargs), "", "to");
+      }
     }
     if (self->kind == VKind::kTensor && name == "type" && args.size() == 1 && kwargs.empty()) {
       // x.type(): its dtype's and device's name (both guarded with the tensor).
@@ -642,6 +700,17 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (!present) raise_missing_key(self, key);
       return stored_item(self, key);
     }
+    if (self->kind == VKind::kTuple && self->pytype &&
+        self->pytype.ptr() != reinterpret_cast<PyObject*>(&PyTuple_Type) &&
+        self->pytype.ptr() != refs.size_type.ptr()) {
+      // p._replace(a=x), p._asdict(), a NamedTuple's own method: traced with p as self.
+      py::object method = refs.support.attr("tuple_method")(self->pytype, name);
+      if (!method.is_none()) {
+        inline_call(Value::object(method), method, std::move(args), std::move(kwargs),
+                    /*may_make_generator=*/true);
+        return nullptr;
+      }
+    }
     FJ_UNSUPPORTED(kUnsupportedCall, "method {}.{}() is not traced yet", self->describe(), name);
   }
 
@@ -689,6 +758,41 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   // One cached classification per callable object decides the rest.
   const CallableKind kind = refs.classify(callable);
+  if (kind == CallableKind::kBuiltin) {
+    for (auto& a : args) a = enum_as_constant(a);
+  }
+  {
+    // NumPy: a call with an array of the trace among its arguments, or one of NumPy's array
+    // makers called with constants (numpy_calls.cpp).
+    bool arrays = false;
+    for (const auto& a : args) arrays = arrays || holds_ndarray(a);
+    for (const auto& kw : kwargs) arrays = arrays || holds_ndarray(kw.second);
+    const bool may_make_arrays = kind == CallableKind::kNotTraced && !PyType_Check(callable.ptr()) &&
+                                 !PyFunction_Check(callable.ptr()) && !PyMethod_Check(callable.ptr());
+    if (arrays || may_make_arrays) {
+      const bool numpy_callable =
+          py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>().rfind("numpy", 0) == 0;
+      const std::string name = callable_name(callable);
+      if (arrays && kind == CallableKind::kBuiltin && !numpy_callable && name != "len" &&
+          name != "isinstance" && name != "type" && name != "callable") {
+        FJ_UNSUPPORTED(kUnsupportedCall, "{}() of a NumPy array", name);
+      }
+      if (numpy_callable || (arrays && kind == CallableKind::kTorchOp)) {
+        if (ValuePtr out = numpy_function_call(callable, args, kwargs)) return out;
+      }
+    }
+  }
+  if (refs.is_enum_class(callable.ptr()) && args.size() == 1 && kwargs.empty()) {
+    // Mode("train"): the member of that value, when the class has one (no _missing_ runs).
+    const ValuePtr value = sizes_.concretize(enum_as_constant(args[0]));
+    if (value->is_constant_tree()) {
+      const py::object key = value->as_python();
+      if (PyObject_IsInstance(key.ptr(), callable.ptr()) == 1) return Value::object(key);
+      py::dict members = callable.attr("_value2member_map_");
+      if (PyObject_Hash(key.ptr()) != -1 && members.contains(key)) return Value::object(members[key]);
+      PyErr_Clear();
+    }
+  }
   if (kind == CallableKind::kGradModeManager && args.empty() && kwargs.empty()) {
     return make_grad_mode_manager(callable);
   }
@@ -928,6 +1032,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         arg = Value::list(std::move(items));
       } else if (arg->is(ObjRole::kDictView)) {
         arg = Value::list(dict_view_items(*arg));
+      } else if (arg->kind == VKind::kDict && callable_name(callable) != "dict" &&
+                 callable_name(callable) != "len") {
+        // list(d), sorted(d), zip(d, ...) of a dict of the trace: its keys, in order.
+        std::vector<ValuePtr> keys;
+        for (const py::object& key : arg->keys) keys.push_back(Value::constant(key));
+        arg = Value::list(std::move(keys));
       } else if (callable_name(callable) != "dict" && callable_name(callable) != "len" &&
                  reads_as_dict(arg, "__iter__")) {
         arg = stored_view(arg, "keys");  // list(d), sorted(d), zip(d, ...): its keys, guarded
@@ -1153,6 +1263,18 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs),
                          "", name);
     }
+    if ((name == "sorted" || name == "min" || name == "max") && any_tensor(args, kwargs)) {
+      // sorted(d.items()), min(pairs): tensors inside the items compared, if at all, only where
+      // the items before them tie, which the Python form finds (compare_sequences). Bare
+      // tensors compared with each other need their data.
+      const std::vector<ValuePtr>& pool = args.size() == 1 && args[0]->is_sequence() ? args[0]->items : args;
+      const bool bare = std::any_of(pool.begin(), pool.end(), [](const ValuePtr& v) { return v->is_tensor(); });
+      py::object form = bare ? py::object(py::none()) : refs.support.attr("python_form")(callable, true);
+      if (!form.is_none()) {
+        inline_call(Value::object(form), form, std::move(args), std::move(kwargs), /*may_make_generator=*/true);
+        return nullptr;
+      }
+    }
     if (any_tensor(args, kwargs)) FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);
     FJ_UNSUPPORTED(kUnsupportedCall, "{}() of values not known at trace time", name);
   }
@@ -1163,8 +1285,17 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (all_constant(args, kwargs)) return constant_result(call_python(callable, args, kwargs), "slice");
   }
   if (fn->kind == VKind::kObject && PyType_Check(callable.ptr()) &&
-      callable.ptr() == refs.size_type.ptr() && all_constant(args, kwargs)) {
-    return constant_result(call_python(callable, args, kwargs), "torch.Size");
+      (callable.ptr() == refs.size_type.ptr() || callable.ptr() == refs.device_type.ptr())) {
+    // torch.Size((2, 3)), torch.device("cpu"): immutable values, constants of the trace.
+    for (auto& a : args) a = sizes_.concretize(a);
+    for (auto& kw : kwargs) kw.second = sizes_.concretize(kw.second);
+    if (all_constant(args, kwargs)) {
+      try {
+        return constant_result(call_python(callable, args, kwargs), callable_name(callable));
+      } catch (const py::error_already_set& e) {
+        FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable), e.what());
+      }
+    }
   }
   if (fn->kind == VKind::kObject && fn->source >= 0 && !PyType_Check(callable.ptr()) &&
       refs.support.attr("resolve_attribute")(callable, "__call__")[py::int_(0)].cast<AttrKind>() ==

@@ -27,9 +27,25 @@ Py_ssize_t normalised_index(const ValuePtr& arg, Py_ssize_t n, bool clamp) {
   return i;
 }
 
+// Whether `item == needle` as list.index / count / remove ask it (identity first, as
+// PyObject_RichCompareBool does): 1 equal, 0 not, -1 unknown at trace time (a tensor compared
+// with anything but itself needs its data).
+int same_item(const ValuePtr& item, const ValuePtr& needle) {
+  if (item == needle) return 1;
+  if (item->is_constant_tree() && needle->is_constant_tree()) {
+    const py::object a = item->as_python();
+    const py::object b = needle->as_python();
+    if (a.ptr() == b.ptr()) return 1;
+    const int equal = PyObject_RichCompareBool(a.ptr(), b.ptr(), Py_EQ);
+    if (equal < 0) throw py::error_already_set();
+    return equal;
+  }
+  return -1;
+}
+
 bool is_mutating_method(const std::string& name) {
   for (const char* m : {"append", "extend", "insert", "pop", "reverse", "clear", "update",
-                        "setdefault"}) {
+                        "setdefault", "remove"}) {
     if (name == m) return true;
   }
   return false;
@@ -188,14 +204,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     // d.update(other, **kw): the other dict's entries (a dict of the trace, or one read by
     // source, keys guarded), then the keywords.
     std::vector<std::pair<py::object, ValuePtr>> entries;
-    if (n == 1) {
-      const ValuePtr& other = args[1];
-      if (other->kind == VKind::kDict) {
-        for (size_t i = 0; i < other->keys.size(); ++i) entries.emplace_back(other->keys[i], other->items[i]);
-      } else if (!dict_by_source(other, entries)) {
-        return nullptr;
-      }
-    }
+    if (n == 1 && !mapping_entries(args[1], entries)) return nullptr;
     for (const auto& [key, value] : kwargs) entries.emplace_back(py::str(key), value);
     make_writable(self);
     for (auto& [key, value] : entries) self->set_key(key, value);
@@ -222,10 +231,35 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       args[1]->is_constant_tree() && all_constant_items(self)) {
     return Value::constant(self->as_python().attr(name.c_str())(args[1]->as_python()));
   }
+  if (self->is_sequence() && (name == "index" || name == "count") && n == 1) {
+    // Items that are traced values (tensors): found by identity, as Python finds them first.
+    int64_t found = -1;
+    int64_t count = 0;
+    for (size_t i = 0; i < self->items.size() && (name == "count" || found < 0); ++i) {
+      const int same = same_item(self->items[i], args[1]);
+      if (same < 0) {
+        FJ_UNSUPPORTED(kDataDependent, "{}.{}() compares {} with {}", self->describe(), name,
+                       self->items[i]->describe(), args[1]->describe());
+      }
+      if (same == 1 && found < 0) found = static_cast<int64_t>(i);
+      count += same;
+    }
+    if (name == "count") return Value::constant(py::int_(count));
+    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "{}.index() of a value it does not hold", self->describe());
+    return Value::constant(py::int_(found));
+  }
   // Containers built by the trace: their final state is what the exit rebuilds. Those read by
   // source: the trace's from their first change (make_writable).
   if (self->source >= 0 && !self->adopted) {
     if (self->kind == VKind::kList && name == "copy" && n == 0) return Value::list(self->items);
+    if (name == "copy" && n == 0 && self->is(ObjRole::kPlain) && PyDict_CheckExact(self->obj.ptr())) {
+      // d.copy() of a dict read by source: a dict of the trace holding its items (keys guarded).
+      std::vector<std::pair<py::object, ValuePtr>> entries;
+      if (!dict_by_source(self, entries)) return nullptr;
+      ValuePtr out = Value::dict({}, {});
+      for (auto& [key, value] : entries) out->set_key(std::move(key), std::move(value));
+      return out;
+    }
     if (!is_mutating_method(name)) return nullptr;
     make_writable(self);
   }
@@ -238,6 +272,20 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       ValuePtr out = items[i];
       items.erase(items.begin() + i);
       return out;
+    }
+    if (name == "remove" && n == 1) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        const int same = same_item(items[i], args[1]);
+        if (same < 0) {
+          FJ_UNSUPPORTED(kDataDependent, "list.remove() compares {} with {}", items[i]->describe(),
+                         args[1]->describe());
+        }
+        if (same == 1) {
+          items.erase(items.begin() + static_cast<long>(i));
+          return Value::constant(py::none());
+        }
+      }
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "list.remove() of a value the list does not hold");
     }
     if (name == "insert" && n == 2) {
       items.insert(items.begin() + normalised_index(args[1], size, true), args[2]);

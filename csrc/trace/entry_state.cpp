@@ -28,6 +28,24 @@ bool is_identity_object(PyObject* obj) {
 
 namespace {
 
+// A namedtuple (collections' or typing's) that reads its items as a tuple does, with no state
+// beside them: a tuple of the trace, its class guarded exactly.
+bool is_plain_namedtuple(PyObject* obj) {
+  if (!PyTuple_Check(obj) || PyTuple_CheckExact(obj)) return false;
+  PyTypeObject* type = Py_TYPE(obj);
+  static PyObject* const kFields = PyUnicode_InternFromString("_fields");
+  static PyObject* const kGetitem = PyUnicode_InternFromString("__getitem__");
+  PyObject* fields = _PyType_Lookup(type, kFields);  // Borrowed
+  // (a class statement's sq_item calls the __getitem__ it finds: tuple's, checked here)
+  return fields != nullptr && PyTuple_Check(fields) && type->tp_dictoffset == 0 &&
+         type->tp_iter == PyTuple_Type.tp_iter && type->tp_getattro == PyObject_GenericGetAttr &&
+         _PyType_Lookup(type, kGetitem) == _PyType_Lookup(&PyTuple_Type, kGetitem) &&
+         type->tp_as_sequence != nullptr &&
+         type->tp_as_sequence->sq_length == PyTuple_Type.tp_as_sequence->sq_length &&
+         type->tp_as_mapping != nullptr &&
+         type->tp_as_mapping->mp_subscript == PyTuple_Type.tp_as_mapping->mp_subscript;
+}
+
 // The dict holding obj's attributes, if it has one: a module's, an instance's __dict__ (made
 // by CPython if it was not yet). New reference or null (no error set). Classes: null (their
 // namespace is no dict a trace can change).
@@ -100,7 +118,8 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   PyRefs& refs = PyRefs::get();
   PyObject* obj = real.ptr();
   ValuePtr value;
-  const bool by_reference = is_tensor(obj) || !(is_constant_type(obj) || PyTuple_CheckExact(obj) ||
+  const bool namedtuple = is_plain_namedtuple(obj);
+  const bool by_reference = is_tensor(obj) || !(is_constant_type(obj) || PyTuple_CheckExact(obj) || namedtuple ||
                                                 PyList_CheckExact(obj) || is_identity_object(obj) ||
                                                 PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
                                                 PyCFunction_Check(obj));
@@ -145,7 +164,7 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
       guards_.add_const(slot, obj);
     }
     value = Value::constant(py::reinterpret_borrow<py::object>(real), slot);
-  } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj)) {
+  } else if (PyTuple_CheckExact(obj) || PyList_CheckExact(obj) || namedtuple) {
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
     guards_.add_len(slot, n);
@@ -155,7 +174,10 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
       FJ_CHECK(item != nullptr, "item {} of {} unreadable", i, sources_.at(slot).text);
       items.push_back(std::move(item));
     }
-    value = PyTuple_CheckExact(obj) ? Value::tuple(std::move(items)) : Value::list(std::move(items));
+    value = PyList_CheckExact(obj) ? Value::list(std::move(items))
+            : namedtuple ? Value::tuple(std::move(items), py::reinterpret_borrow<py::object>(
+                                                              reinterpret_cast<PyObject*>(Py_TYPE(obj))))
+                         : Value::tuple(std::move(items));
     value->source = slot;
   } else if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) != nullptr &&
              PyType_Check(PyCFunction_GET_SELF(obj))) {

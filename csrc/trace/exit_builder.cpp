@@ -93,6 +93,15 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
     }
     ~Depth() { --depth; }
   } depth(depth_);
+  if (value->kind == VKind::kTensor && value->ndarray) {
+    // A NumPy array of the trace: the np.ndarray over the tensor it is in the graph (an
+    // input's, read again from its source, or an output's).
+    static PyObject* const kToNdarray =  // (never released: interpreter teardown order)
+        py::object(py::module_::import("framejit._numpy").attr("to_ndarray")).release().ptr();
+    ValuePtr tensor = std::make_shared<Value>(*value);
+    tensor->ndarray = false;
+    return memoised(Rebuild::call(py::reinterpret_borrow<py::object>(kToNdarray), {rebuild_of(tensor)}), value);
+  }
   // An entry-state value passed on unchanged keeps its identity: read it again from its source.
   const bool from_source =
       value->source >= 0 && value->node == nullptr &&
@@ -221,8 +230,13 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
     }
     case VKind::kSymNum: {
       if (value->size_of) {  // the size of a tensor the exit has: read again from it
+        ValuePtr tensor = value->size_of;
+        if (tensor->ndarray) {  // (a NumPy array's: read off the tensor it is in the graph)
+          tensor = std::make_shared<Value>(*tensor);
+          tensor->ndarray = false;
+        }
         return Rebuild::call(PyRefs::get().tensor_type.attr("size"),
-                             {rebuild_of(value->size_of),
+                             {rebuild_of(tensor),
                               Rebuild::constant(py::int_(value->size_dim))});
       }
       std::vector<Rebuild> args;

@@ -718,6 +718,12 @@ ValuePtr Tracer::zero_arg_super() {
 }
 
 ValuePtr Tracer::cell_get(const ValuePtr& cell) {
+  if (cell->source >= 0 && !cell->frozen) {
+    // What this region stored into a cell that existed before it (see cell_set).
+    if (ValuePtr real = entry_.value_at(cell->source)) {
+      if (const ValuePtr* stored = effects_.pending(real, "cell_contents")) return *stored;
+    }
+  }
   if (cell->kind == VKind::kObject && PyCell_Check(cell->obj.ptr()) && cell->source >= 0) {
     // A frame entered mid-way holds real cell objects.
     ValuePtr content = entry_.load(entry_.sources().attr(cell->source, "cell_contents"));
@@ -735,6 +741,19 @@ ValuePtr Tracer::cell_get(const ValuePtr& cell) {
 }
 
 void Tracer::cell_set(const ValuePtr& cell, ValuePtr value) {
+  const bool real_cell = (cell->kind == VKind::kCell ||
+                          (cell->kind == VKind::kObject && PyCell_Check(cell->obj.ptr()))) &&
+                         cell->source >= 0 && !cell->frozen;
+  if (real_cell) {
+    // A cell that existed before the region (`nonlocal count` in the compiled function or a
+    // traced one): the store is a side effect like an attribute write, replayed at the exit as
+    // `cell.cell_contents = value` and read back by later loads of this trace (cell_get).
+    ValuePtr real = entry_.value_at(cell->source);
+    FJ_CHECK(real != nullptr && PyCell_Check(real->obj.ptr()), "closure cell of {} unread",
+             cell->describe());
+    effects_.record(std::move(real), "cell_contents", std::move(value), /*generic=*/true);
+    return;
+  }
   if (cell->kind != VKind::kCell || cell->source >= 0 || cell->frozen) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to a closure variable that outlives the call");
   }

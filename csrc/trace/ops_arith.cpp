@@ -1,5 +1,9 @@
 // Opcode handlers: binary, unary, comparison, identity and membership operators. On tensors they
 // record `operator.*` nodes; on constants they are folded at trace time.
+#include <algorithm>
+#include <cstring>
+#include <unordered_map>
+
 #include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/pyrefs.h"
@@ -43,13 +47,29 @@ const OperatorInfo& plain_form(const OperatorInfo& op) {
 
 bool foldable(const ValuePtr& v) { return v->is_constant_tree(); }
 
+// A folded result. A list the operator made (`[None] * n`, `[1] + [2]`) is a list value of the
+// trace, so later item stores and appends change it as Python's would (a list nested in it
+// too, each list one value however often it is repeated); anything else is a constant.
+ValuePtr folded_value(const py::object& result, std::unordered_map<PyObject*, ValuePtr>& made) {
+  if (!PyList_CheckExact(result.ptr())) return Value::constant(result);
+  auto found = made.find(result.ptr());
+  if (found != made.end()) return found->second;
+  ValuePtr list = Value::list({});
+  made.emplace(result.ptr(), list);
+  for (py::handle item : result) {
+    list->items.push_back(folded_value(py::reinterpret_borrow<py::object>(item), made));
+  }
+  return list;
+}
+
 ValuePtr fold(const char* fn_name, const std::vector<ValuePtr>& args) {
   py::object fn = PyRefs::get().operator_module.attr(fn_name);
   py::list py_args;
   for (const auto& a : args) py_args.append(a->as_python());
   try {
     py::object result = fn(*py::tuple(py_args));
-    return Value::constant(result);
+    std::unordered_map<PyObject*, ValuePtr> made;
+    return folded_value(result, made);
   } catch (const py::error_already_set& e) {
     FJ_PROGRAM_RAISED(kUnsupportedValue, "operator.{} raised at trace time: {}", fn_name, e.what());
   }
@@ -114,6 +134,64 @@ ValuePtr join_sequences(Tracer& t, const OperatorInfo& op, const std::vector<Val
   return Value::list(std::move(items));
 }
 
+// `seq * n` / `n * seq` / `seq *= n` on a tuple or list holding traced values: its items n
+// times over (the same values, as Python repeats references). `l *= n` changes the list in
+// place (one that existed before becomes the trace's). nullptr when the operands are not such.
+ValuePtr repeat_sequence(Tracer& t, const OperatorInfo& op, const std::vector<ValuePtr>& args) {
+  const std::string fn = op.fn;
+  if ((fn != "mul" && fn != "imul") || args.size() != 2) return nullptr;
+  const bool left = args[0]->is_sequence();
+  if (!left && !(fn == "mul" && args[1]->is_sequence())) return nullptr;
+  const ValuePtr& seq = left ? args[0] : args[1];
+  const ValuePtr count = t.sizes().concretize(left ? args[1] : args[0]);
+  if (!count->is_const() || !PyLong_Check(count->obj.ptr())) return nullptr;
+  const long long times = std::max(0LL, PyLong_AsLongLong(count->obj.ptr()));
+  if (PyErr_Occurred()) throw py::error_already_set();
+  if (times > 0 && seq->items.size() * static_cast<size_t>(times) > (size_t{1} << 16)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "a sequence repeated to more than 65,536 items");
+  }
+  std::vector<ValuePtr> items;
+  for (long long i = 0; i < times; ++i) items.insert(items.end(), seq->items.begin(), seq->items.end());
+  if (seq->kind == VKind::kTuple) {
+    const bool size = seq->pytype.ptr() == PyRefs::get().size_type.ptr();
+    return Value::tuple(std::move(items), size ? PyRefs::get().size_type : py::object());
+  }
+  if (fn == "imul") {
+    t.make_writable(seq);
+    seq->items = std::move(items);
+    return seq;
+  }
+  return Value::list(std::move(items));
+}
+
+// `a | b` / `a |= b` of dicts (a dict of the trace, one read by source, a constant one): a new
+// dict of a's entries updated by b's; `|=` updates a in place. nullptr when the operands are
+// not such.
+ValuePtr merge_dicts(Tracer& t, const OperatorInfo& op, const std::vector<ValuePtr>& args) {
+  const std::string fn = op.fn;
+  if ((fn != "or_" && fn != "ior") || args.size() != 2) return nullptr;
+  auto is_dict = [](const ValuePtr& v) {
+    return (v->kind == VKind::kDict && !v->pytype) ||
+           (v->kind == VKind::kObject && v->role == ObjRole::kPlain && !v->bound_self &&
+            v->source >= 0 && PyDict_CheckExact(v->obj.ptr())) ||
+           (v->is_const() && PyDict_CheckExact(v->obj.ptr()));
+  };
+  if (!is_dict(args[0]) || !is_dict(args[1])) return nullptr;
+  std::vector<std::pair<py::object, ValuePtr>> right;
+  if (!t.mapping_entries(args[1], right)) return nullptr;
+  if (fn == "ior" && !args[0]->is_const()) {
+    t.make_writable(args[0]);
+    for (auto& [key, value] : right) args[0]->set_key(key, value);
+    return args[0];
+  }
+  std::vector<std::pair<py::object, ValuePtr>> left;
+  if (!t.mapping_entries(args[0], left)) return nullptr;
+  ValuePtr out = Value::dict({}, {});
+  for (auto& [key, value] : left) out->set_key(key, value);
+  for (auto& [key, value] : right) out->set_key(key, value);
+  return out;
+}
+
 // Two tuples (torch.Size among them), or two lists, of ints and size expressions only (a list
 // and a tuple are never equal: not compared here).
 bool sized_tuples(const std::vector<ValuePtr>& args) {
@@ -129,10 +207,82 @@ bool sized_tuples(const std::vector<ValuePtr>& args) {
   return true;
 }
 
+ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args);
+
+bool holds_tensor(const ValuePtr& v) {
+  if (v->is_tensor()) return true;
+  for (const ValuePtr& item : v->items) {
+    if (holds_tensor(item)) return true;
+  }
+  return false;
+}
+
+int comparison_code(const OperatorInfo& op) {
+  for (int code = 0; code < 6; ++code) {
+    if (std::strcmp(op.fn, kCompareOps[code].fn) == 0) return code;
+  }
+  return -1;
+}
+
+// `a < b` (any comparison) of two tuples or two lists that hold traced values, as Python
+// compares sequences: the first pair of items that are not the same value and not equal
+// decides (`(k1, t1) < (k2, t2)` with k1 != k2 never looks at the tensors); if there is none,
+// the lengths do. nullptr when the operands are not such.
+ValuePtr compare_sequences(Tracer& t, const OperatorInfo& op, const std::vector<ValuePtr>& args) {
+  const int code = comparison_code(op);
+  if (code < 0 || args.size() != 2) return nullptr;
+  const VKind kind = args[0]->kind == VKind::kList || (args[0]->is_const() && PyList_CheckExact(args[0]->obj.ptr()))
+                         ? VKind::kList : VKind::kTuple;
+  for (const ValuePtr& side : args) {  // (a tuple subclass comparing in its own way: not here)
+    if (side->kind == VKind::kTuple && side->pytype &&
+        reinterpret_cast<PyTypeObject*>(side->pytype.ptr())->tp_richcompare != PyTuple_Type.tp_richcompare) {
+      return nullptr;
+    }
+  }
+  std::vector<ValuePtr> left;
+  std::vector<ValuePtr> right;
+  if (!sequence_operand(args[0], kind, left) || !sequence_operand(args[1], kind, right)) return nullptr;
+  const size_t common = std::min(left.size(), right.size());
+  size_t i = 0;
+  for (; i < common; ++i) {
+    if (left[i] == right[i]) continue;  // the same object: equal (identity first, as Python)
+    if (holds_tensor(left[i]) || holds_tensor(right[i])) {
+      FJ_UNSUPPORTED(kDataDependent, "comparing {} with {} inside sequences needs their data",
+                     left[i]->describe(), right[i]->describe());
+    }
+    ValuePtr same = apply(t, kCompareOps[Py_EQ], {left[i], right[i]});
+    if (same->kind == VKind::kSymNum) same = t.sizes().decide(same);
+    if (!same->is_const()) {
+      FJ_UNSUPPORTED(kDataDependent, "comparing {} with {} inside sequences", left[i]->describe(),
+                     right[i]->describe());
+    }
+    const int truth = PyObject_IsTrue(same->obj.ptr());
+    if (truth < 0) throw py::error_already_set();
+    if (!truth) break;
+  }
+  if (i == common) {
+    PyObject* result = PyObject_RichCompare(py::int_(left.size()).ptr(), py::int_(right.size()).ptr(), code);
+    if (result == nullptr) throw py::error_already_set();
+    return Value::constant(py::reinterpret_steal<py::object>(result));
+  }
+  if (code == Py_EQ) return Value::constant(py::bool_(false));
+  if (code == Py_NE) return Value::constant(py::bool_(true));
+  ValuePtr result = apply(t, op, {left[i], right[i]});
+  if (result->kind == VKind::kSymNum) result = t.sizes().decide(result);
+  return result;
+}
+
 ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   bool tensor = false;
   for (const auto& a : args) tensor = tensor || a->is_tensor();
   if (tensor) {
+    bool arrays = false;
+    for (const auto& a : args) arrays = arrays || (a->is_tensor() && a->ndarray);
+    if (arrays) {
+      // NumPy arrays of the trace: NumPy's operator (`n += a` computes `n = n + a`).
+      const bool augmented = !args[0]->is_tensor() && op.fn[0] == 'i' && &plain_form(op) != &op;
+      return t.ndarray_operator(augmented ? plain_form(op).fn : op.fn, args);
+    }
     // In-place operators print as calls (`operator.iadd(x, 1)`): `x += 1` is not an expression.
     const std::string infix = op.infix;
     const bool inplace = !infix.empty() && infix.back() == '=' && infix != "==" &&
@@ -147,10 +297,12 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
     return t.record_call(NodeKind::kCallFunction, PyRefs::get().operator_module.attr(op.fn), "",
                          std::move(args), {}, inplace ? "" : op.infix, op.fn);
   }
+  if (ValuePtr merged = merge_dicts(t, op, args)) return merged;
   if (!args.empty() && args[0]->kind == VKind::kList && op.fn[0] == 'i') {
     // In place on a list value: `l += [x]` must change that list (others may alias it), never
     // fold into a new one.
     if (ValuePtr joined = join_sequences(t, op, args)) return joined;
+    if (ValuePtr repeated = repeat_sequence(t, op, args)) return repeated;
     FJ_UNSUPPORTED(kSideEffect, "operator.{} on {}", op.fn, args[0]->describe());
   }
   // `+` joining tuples and lists that hold traced values: tensors, and size expressions, which
@@ -158,6 +310,9 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
   const bool constant = args.size() == 2 && args[0]->is_constant_tree() && args[1]->is_constant_tree();
   if (!constant && !(args[0]->kind == VKind::kList && args[0]->holds_size_expr())) {
     if (ValuePtr joined = join_sequences(t, op, args)) return joined;
+  }
+  if (!constant) {
+    if (ValuePtr repeated = repeat_sequence(t, op, args)) return repeated;
   }
   bool sizes = false;
   for (const auto& a : args) sizes = sizes || (a->is_sequence() && a->holds_size_expr());
@@ -175,6 +330,10 @@ ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
       equal = PyObject_IsTrue(same->obj.ptr()) == 1;
     }
     return Value::constant(py::bool_(std::string(op.fn) == "eq" ? equal : !equal));
+  }
+  if (!constant && args.size() == 2 &&
+      (args[0]->is_sequence() || args[1]->is_sequence())) {
+    if (ValuePtr compared = compare_sequences(t, op, args)) return compared;
   }
   if (sizes) {
     for (auto& a : args) a = t.sizes().concretize(a);
@@ -248,9 +407,22 @@ bool compares_as_builtin_value(const ValuePtr& v) {
   if (!v->is(ObjRole::kPlain) || v->bound_self) return false;
   PyObject* obj = v->obj.ptr();
   richcmpfunc cmp = Py_TYPE(obj)->tp_richcompare;
-  return (PyUnicode_Check(obj) && cmp == PyUnicode_Type.tp_richcompare) ||
-         (PyLong_Check(obj) && cmp == PyLong_Type.tp_richcompare) ||
-         (PyFloat_Check(obj) && cmp == PyFloat_Type.tp_richcompare);
+  if ((PyUnicode_Check(obj) && cmp == PyUnicode_Type.tp_richcompare) ||
+      (PyLong_Check(obj) && cmp == PyLong_Type.tp_richcompare) ||
+      (PyFloat_Check(obj) && cmp == PyFloat_Type.tp_richcompare)) {
+    return true;
+  }
+  // sys.version_info (a structseq of numbers and a string), torch.__version__ (a TorchVersion:
+  // a str whose comparisons parse versions, pure functions of its text): compared at trace
+  // time, the object guarded equal to what it is now.
+  if (PyTuple_Check(obj) && cmp == PyTuple_Type.tp_richcompare) {
+    for (py::handle item : py::reinterpret_borrow<py::tuple>(obj)) {
+      if (!PyLong_CheckExact(item.ptr()) && !PyUnicode_CheckExact(item.ptr())) return false;
+    }
+    return true;
+  }
+  return PyUnicode_Check(obj) && std::strcmp(Py_TYPE(obj)->tp_name, "TorchVersion") == 0 &&
+         PyObject_IsInstance(obj, PyRefs::get().torch.attr("torch_version").attr("TorchVersion").ptr()) == 1;
 }
 
 bool op_compare_value(Tracer& t, const Instr& i);
@@ -433,6 +605,11 @@ void op_is(Tracer& t, const Instr& i) {
     same = same_object_guarded(t, lhs, rhs);
   } else if ((lhs->is_tensor() && not_a_tensor(rhs)) || (not_a_tensor(lhs) && rhs->is_tensor())) {
     same = false;  // a tensor is never a constant such as None, or NotImplemented, or a module
+  } else if (lhs->is_tensor() && rhs->is_tensor() &&
+             (lhs->node->kind != NodeKind::kPlaceholder || rhs->node->kind != NodeKind::kPlaceholder)) {
+    // Two tensor values, one made by an op of the trace: a new object, never another value
+    // (an in-place op gives back the very value it changed).
+    same = false;
   } else if ((lhs->is_const() && is_singleton(lhs->obj.ptr()) && is_container(rhs)) ||
              (rhs->is_const() && is_singleton(rhs->obj.ptr()) && is_container(lhs))) {
     same = false;  // `hidden_states is None` of a tuple: a tuple, list or dict is no None

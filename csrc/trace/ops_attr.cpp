@@ -8,36 +8,41 @@ namespace framejit {
 
 namespace {
 
-// The [method, self] / [NULL, attribute] pair CALL expects, shared by 3.11's LOAD_METHOD and
-// 3.12's LOAD_ATTR with the method bit.
-void push_method(Tracer& t, const std::string& name) {
-  ValuePtr self = t.pop();
+// Whether self's methods are looked up on its type and bound to the value itself (tensors,
+// constants, containers of the trace, dicts read by source): the type they are found on, or an
+// empty object.
+py::object method_owner(Tracer& t, const ValuePtr& self, const std::string& name) {
+  // (a class's methods are its own attributes, found past its metaclass: object.__setattr__)
+  if (self->kind == VKind::kConst && PyType_Check(self->obj.ptr())) return py::object();
   const bool bound_to_self = self->kind == VKind::kTensor || self->kind == VKind::kConst ||
                              self->kind == VKind::kList || self->kind == VKind::kTuple ||
                              self->kind == VKind::kDict ||
                              (self->kind == VKind::kObject &&
                               (is_plain_dict(self->obj.ptr()) ||
                                (PyDict_Check(self->obj.ptr()) && t.reads_as_dict(self, name.c_str()))));
-  if (bound_to_self) {
+  if (!bound_to_self) return py::object();
+  switch (self->kind) {
+    case VKind::kTensor:
+      if (self->ndarray) return py::module_::import("numpy").attr("ndarray");
+      return self->pytype ? self->pytype : PyRefs::get().tensor_type;
+    case VKind::kList:
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
+    case VKind::kDict:
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
+    case VKind::kTuple:
+      return self->pytype;
+    default:
+      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
+  }
+}
+
+// The [method, self] / [NULL, attribute] pair CALL expects, shared by 3.11's LOAD_METHOD and
+// 3.12's LOAD_ATTR with the method bit.
+void push_method(Tracer& t, const std::string& name) {
+  ValuePtr self = t.pop();
+  if (py::object type = method_owner(t, self, name)) {
     // CPython pushes the function found on the type, then self; keep the same object so the
     // runtime can make the call, or CPython resume, with the stack it expects.
-    py::object type;
-    switch (self->kind) {
-      case VKind::kTensor:
-        type = self->pytype ? self->pytype : PyRefs::get().tensor_type;
-        break;
-      case VKind::kList:
-        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
-        break;
-      case VKind::kDict:
-        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
-        break;
-      case VKind::kTuple:
-        type = self->pytype;
-        break;
-      default:
-        type = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(self->obj.ptr())));
-    }
     py::object function = py::getattr(type, name.c_str(), py::none());
     if (function.is_none() ||
         !PyType_HasFeature(Py_TYPE(function.ptr()), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
@@ -87,6 +92,22 @@ void op_load_attr(Tracer& t, const Instr& i) {
     return;
   }
   ValuePtr base = t.pop();
+  if (base->kind == VKind::kList || base->kind == VKind::kDict ||
+      (base->kind == VKind::kObject && !base->is_special_object() && !base->bound_self && base->source >= 0 &&
+       PyDict_Check(base->obj.ptr()))) {
+    // d.get, lst.append read as values (max(d, key=d.get)): the type's method bound to the
+    // container, called (or rebuilt at an exit) as a method of it.
+    py::object type = method_owner(t, base, name);
+    py::object function = type ? py::getattr(type, name.c_str(), py::none()) : py::object();
+    if (function && PyType_HasFeature(Py_TYPE(function.ptr()), Py_TPFLAGS_METHOD_DESCRIPTOR)) {
+      ValuePtr method = Value::object(function);
+      method->role = ObjRole::kTypeMethod;
+      method->method = name;
+      method->bound_self = base;
+      t.push(std::move(method));
+      return;
+    }
+  }
   if (ValuePtr value = t.read_attribute(base, name)) t.push(std::move(value));
 }
 

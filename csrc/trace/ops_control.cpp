@@ -5,6 +5,7 @@
 #include "bytecode/version.h"
 #include "common/check.h"
 #include "trace/modes.h"
+#include "trace/pyrefs.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -185,6 +186,20 @@ void op_check_exc_match(Tracer& t, const Instr&) {
 
 }  // namespace
 
+bool Tracer::enum_members(const ValuePtr& cls, std::vector<ValuePtr>& out) {
+  static PyObject* const kIter = PyUnicode_InternFromString("__iter__");
+  PyTypeObject* meta = Py_TYPE(cls->obj.ptr());
+  if (_PyType_Lookup(meta, kIter) !=
+      _PyType_Lookup(reinterpret_cast<PyTypeObject*>(PyRefs::get().enum_meta.ptr()), kIter)) {
+    return false;  // a metaclass iterating in its own way
+  }
+  py::dict members = cls->obj.attr("_member_map_");
+  for (py::handle name : cls->obj.attr("_member_names_")) {
+    out.push_back(Value::object(py::reinterpret_borrow<py::object>(members[name])));
+  }
+  return true;
+}
+
 ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
   if (seq->kind == VKind::kIter) return seq;
   // Iterated as it is at each step: the loop body may change it (lst.append, d[k] = v).
@@ -230,6 +245,10 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
+  } else if (seq->kind == VKind::kObject && PyRefs::get().is_enum_class(seq->obj.ptr()) &&
+             enum_members(seq, items)) {
+    // `for m in Mode`: its members in definition order (fixed with the class, guarded by
+    // identity as every class read by source is).
   } else if (ValuePtr generator = python_generator_iter(seq)) {
     return generator;  // a class whose __iter__ is a generator function (collections.abc's)
   } else {

@@ -31,6 +31,8 @@ struct PyRefs {
   py::object mapping_get;        // collections.abc.Mapping.get
   py::object autograd_function;  // torch.autograd.Function
   py::object defaultdict_type;   // collections.defaultdict
+  py::object enum_type;          // enum.Enum: its members are singletons, fixed with their class
+  py::object enum_meta;          // enum.EnumMeta (EnumType), the metaclass of Enum classes
   py::object function_apply;     // torch.autograd.Function.apply's function (a classmethod's)
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag
@@ -39,6 +41,15 @@ struct PyRefs {
   // (interpreter teardown order).
   static PyRefs& get();
   static void init(py::object support_module);
+
+  // An Enum member (Mode.TRAIN, an IntEnum's), or an Enum class.
+  bool is_enum_member(PyObject* obj) const {
+    return PyObject_TypeCheck(reinterpret_cast<PyObject*>(Py_TYPE(obj)),
+                              reinterpret_cast<PyTypeObject*>(enum_meta.ptr()));
+  }
+  bool is_enum_class(PyObject* obj) const {
+    return PyType_Check(obj) && PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(enum_meta.ptr()));
+  }
 
   // Cached per object: framejit._support.classify_callable(fn).
   CallableKind classify(py::handle fn);

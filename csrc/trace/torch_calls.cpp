@@ -50,7 +50,9 @@ py::object meta_value(const ValuePtr& value) {
       if (value->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
         return py::tuple(items);
       }
-      return value->pytype(py::tuple(items));
+      PyObject* made = make_tuple_of_type(py::tuple(items).release().ptr(), value->pytype.ptr());  // New
+      if (made == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(made);
     }
     case VKind::kNull:
     case VKind::kIter:
@@ -402,8 +404,14 @@ ValuePtr Tracer::tensor_rows(const ValuePtr& tensor) {
   if (py::len(tensor->obj.attr("shape")) == 0) {
     FJ_UNSUPPORTED(kUnsupportedValue, "iterating over a 0-d tensor");  // eager raises TypeError
   }
-  ValuePtr rows = record_call(NodeKind::kCallMethod, py::none(), "unbind", {tensor}, {}, "", "unbind");
+  ValuePtr plain = tensor;
+  if (tensor->ndarray) {  // an array's rows are arrays (its items: 0-d arrays, as under torch.compile)
+    plain = std::make_shared<Value>(*tensor);
+    plain->ndarray = false;
+  }
+  ValuePtr rows = record_call(NodeKind::kCallMethod, py::none(), "unbind", {plain}, {}, "", "unbind");
   FJ_CHECK(rows->kind == VKind::kTuple, "unbind gave {}", rows->describe());
+  for (const ValuePtr& row : rows->items) row->ndarray = tensor->ndarray;
   return rows;
 }
 
@@ -414,6 +422,7 @@ ValuePtr Tracer::record_operator(const char* fn_name, const char* infix,
 }
 
 ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
+  if (tensor->ndarray) return ndarray_attr(tensor, name);
   PyRefs& refs = PyRefs::get();
   static const char* kMetaConstants[] = {"shape", "dtype", "ndim", "requires_grad", "layout",
                                          "is_sparse", "is_quantized", "is_mkldnn", "itemsize",

@@ -35,6 +35,7 @@ const HandlerTable& handlers() {
     register_attr_ops(t);
     register_call_ops(t);
     register_build_ops(t);
+    register_match_ops(t);
     register_control_ops(t);
     t[static_cast<size_t>(Op::CALL_INTRINSIC_1)] = op_call_intrinsic_1;
     return t;

@@ -55,6 +55,7 @@ void register_arith_ops(HandlerTable& table);
 void register_attr_ops(HandlerTable& table);
 void register_call_ops(HandlerTable& table);
 void register_build_ops(HandlerTable& table);
+void register_match_ops(HandlerTable& table);
 void register_control_ops(HandlerTable& table);
 
 // One Python frame being traced: the region's own frame (the root) or an inlined callee.
@@ -258,8 +259,31 @@ class Tracer {
   // other container. A missing key without a fallback ends the region (KeyError).
   ValuePtr environ_lookup(const ValuePtr& env, const ValuePtr& key, const ValuePtr& fallback,
                           bool contains);
+  // An Enum member's .value / .name (also _value_ / _name_): a constant, the member guarded by
+  // identity; nullptr for anything else.
+  ValuePtr enum_member_attr(const ValuePtr& member, const std::string& name);
+  // An Enum member as the constant it is (guarded by identity), for builtins that read it
+  // (int(act), str(mode)); any other value as it is.
+  ValuePtr enum_as_constant(const ValuePtr& value);
+  // NumPy on arrays of the trace (numpy_calls.cpp): each function, method, operator and
+  // attribute one graph node run by torch._numpy (python/framejit/_numpy.py).
+  // x.numpy(force=...): the same graph value as a NumPy array.
+  ValuePtr tensor_to_numpy(const ValuePtr& tensor, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // A call of a NumPy function (or of torch.from_numpy / as_tensor / tensor on an array) when an
+  // argument is an array of the trace or it makes an array from constants; nullptr when not.
+  ValuePtr numpy_function_call(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  ValuePtr ndarray_method(const std::string& name, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  ValuePtr ndarray_operator(const char* op, const std::vector<ValuePtr>& args);
+  ValuePtr ndarray_attr(const ValuePtr& array, const std::string& name);
+  // Whether a value is (or holds, in its containers) an array of the trace.
+  static bool holds_ndarray(const ValuePtr& value);
   // The dict() builtin: a dict of the trace.
   ValuePtr dict_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // The (key, value) entries dict(from) / d.update(from) take, in order: a dict of the trace, an
+  // object it made over one, a dict read by source (keys guarded), a constant dict, or pairs
+  // (a list, tuple or iterator of two-item sequences; an iterator is consumed). False, with
+  // nothing consumed, for anything else.
+  bool mapping_entries(const ValuePtr& from, std::vector<std::pair<py::object, ValuePtr>>& out);
   // The children of a module container with a source (ModuleList, Sequential, ...), or the
   // keys of a ModuleDict, in iteration order, their number guarded. False for anything else.
   bool module_children(const ValuePtr& container, std::vector<ValuePtr>& out);
@@ -291,6 +315,9 @@ class Tracer {
   // iter(seq): an iterator value over what the trace knows item by item (GET_ITER, and the
   // arguments of enumerate / zip); unsupported for anything else.
   ValuePtr iterator_of(const ValuePtr& seq);
+  // The members of an Enum class, in definition order; false if its metaclass iterates
+  // otherwise.
+  bool enum_members(const ValuePtr& cls, std::vector<ValuePtr>& out);
   // enumerate / zip / reversed as iterators that read their arguments lazily; nullptr when not
   // handled here.
   ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args,

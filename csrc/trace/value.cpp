@@ -160,7 +160,9 @@ py::object Value::as_python() const {
       for (const auto& item : items) items_py.append(item->as_python());
       py::tuple t(items_py);
       if (pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) return std::move(t);
-      return pytype(t);  // structseq types and torch.Size take one iterable
+      PyObject* made = make_tuple_of_type(t.release().ptr(), pytype.ptr());  // New
+      if (made == nullptr) throw py::error_already_set();
+      return py::reinterpret_steal<py::object>(made);
     }
     case VKind::kList: {
       py::list out;

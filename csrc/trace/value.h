@@ -111,6 +111,9 @@ struct Value {
   std::vector<ValuePtr> items;   // kTuple, kList, kDict (values)
   std::vector<py::object> keys;  // kDict; kIter kItems over a dict read by source: its keys
                                  // when the loop began
+  bool ndarray = false;          // kTensor: stands for a NumPy array the trace made (x.numpy(), a
+                                 // NumPy call on one): NumPy's semantics, an np.ndarray where it
+                                 // leaves the region (trace/numpy_calls.cpp)
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
                                  // kDict made by collections.defaultdict: defaultdict
   ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory

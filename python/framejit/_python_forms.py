@@ -16,6 +16,8 @@ import copy
 import functools
 import heapq
 import itertools
+import operator
+import os
 import types
 import typing
 import weakref
@@ -128,6 +130,138 @@ def trace_accumulate(iterable, func=None, *, initial=None):
         else:
             total = func(total, item)
         yield total
+
+
+_END = object()
+
+
+def _islice_bound(value, what):
+    if value is None:
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    raise ValueError(f"{what} argument for islice() must be None or an integer: 0 <= x <= sys.maxsize.")
+
+
+def trace_islice(iterable, *args):
+    """itertools.islice: skips to each index it yields, as the C version does, and reads nothing
+    past the last one (nor past `start` when the slice is empty)."""
+    if not 1 <= len(args) <= 3:
+        raise TypeError(f"islice expected at most 4 arguments, got {len(args) + 1}")
+    if len(args) == 1:
+        start, stop, step = 0, _islice_bound(args[0], "Stop"), 1
+    else:
+        start = _islice_bound(args[0], "Indices") or 0
+        stop = _islice_bound(args[1], "Stop")
+        step = 1 if len(args) < 3 or args[2] is None else args[2]
+        if not isinstance(step, int) or step < 1:
+            raise ValueError("Step for islice() must be a positive integer or None.")
+    iterator = iter(iterable)
+    count = 0
+    wanted = start
+    while True:
+        while count < wanted:
+            if next(iterator, _END) is _END:
+                return
+            count += 1
+        if stop is not None and count >= stop:
+            return
+        item = next(iterator, _END)
+        if item is _END:
+            return
+        count += 1
+        wanted += step
+        if stop is not None and wanted > stop:
+            wanted = stop
+        yield item
+
+
+def trace_repeat(obj, times=None):
+    """itertools.repeat. Without a count it never ends: the real one, which the tracer cannot
+    step, so the call that made it is left to Python."""
+    if times is None:
+        yield from itertools.repeat(obj)
+        return
+    for _ in range(times):
+        yield obj
+
+
+def trace_pairwise(iterable):
+    iterator = iter(iterable)
+    previous = next(iterator, _END)
+    if previous is _END:
+        return
+    for item in iterator:
+        yield previous, item
+        previous = item
+
+
+def trace_starmap(function, iterable):
+    for args in iterable:
+        yield function(*args)
+
+
+def trace_takewhile(predicate, iterable):
+    for item in iterable:
+        if not predicate(item):
+            return
+        yield item
+
+
+def trace_dropwhile(predicate, iterable):
+    iterator = iter(iterable)
+    for item in iterator:
+        if not predicate(item):
+            yield item
+            break
+    for item in iterator:
+        yield item
+
+
+def trace_filterfalse(predicate, iterable):
+    for item in iterable:
+        if predicate is None:
+            if not item:
+                yield item
+        elif not predicate(item):
+            yield item
+
+
+def trace_compress(data, selectors):
+    for item, selected in zip(data, selectors):
+        if selected:
+            yield item
+
+
+def trace_methodcaller(name, /, *args, **kwargs):
+    """operator.methodcaller: a function of the trace calling obj.<name>(*args, **kwargs)."""
+    if not isinstance(name, str):
+        raise TypeError("method name must be a string")
+
+    def call_method(obj):
+        return getattr(obj, name)(*args, **kwargs)
+
+    return call_method
+
+
+def trace_getenv(key, default=None):
+    """os.getenv: os.environ.get, which the tracer reads (and guards) by source."""
+    return os.environ.get(key, default)
+
+
+def trace_namedtuple_replace(self, /, **changes):
+    """A namedtuple's _replace."""
+    values = []
+    for name, value in zip(self._fields, self):
+        values.append(changes.pop(name) if name in changes else value)
+    if changes:
+        raise ValueError(f"Got unexpected field names: {list(changes)!r}")
+    return type(self)(*values)
+
+
+def trace_namedtuple_asdict(self):
+    """A namedtuple's _asdict."""
+    return dict(zip(self._fields, self))
 
 
 def trace_sorted(iterable, /, *, key=None, reverse=False):
@@ -279,6 +413,16 @@ _FORMS = {
     itertools.zip_longest: trace_zip_longest,
     itertools.accumulate: trace_accumulate,
     typing.cast: trace_cast,
+    itertools.islice: trace_islice,
+    itertools.repeat: trace_repeat,
+    itertools.pairwise: trace_pairwise,
+    itertools.starmap: trace_starmap,
+    itertools.takewhile: trace_takewhile,
+    itertools.dropwhile: trace_dropwhile,
+    itertools.filterfalse: trace_filterfalse,
+    itertools.compress: trace_compress,
+    operator.methodcaller: trace_methodcaller,
+    os.getenv: trace_getenv,
 }
 
 
@@ -415,6 +559,44 @@ def _deepcopy_into(x, made):
 
 _FORMS[copy.deepcopy] = trace_deepcopy
 
+# copy.copy's own dispatch (copy._copy_immutable): values it returns as they are.
+_COPY_ATOMIC = frozenset({
+    type(None), int, float, bool, complex, str, tuple, bytes, frozenset, type, range, slice,
+    property, types.BuiltinFunctionType, type(Ellipsis), type(NotImplemented),
+    types.FunctionType, weakref.ref,
+})
+
+
+def copy_kind(cls):
+    """How copy.copy copies an instance of cls, as its form below repeats it: "atomic"
+    (itself), "copy" (an exact list, dict, set or bytearray: its copy() method), or None
+    (anything else: left to copy.copy). Called by the tracer at trace time on a constant class
+    (a pure builtin, see _support)."""
+    if cls in _COPY_ATOMIC:
+        return "atomic"
+    if cls in (list, dict, set, bytearray):
+        return "copy"
+    return None
+
+
+def copy_untraced(x):
+    """copy.copy of a value its form does not copy (framejit's file: never traced, so the call
+    is a graph break and Python copies it)."""
+    return copy.copy(x)
+
+
+def trace_copy(x):
+    """copy.copy, for the values copy_kind names."""
+    kind = copy_kind(type(x))
+    if kind == "atomic":
+        return x
+    if kind == "copy":
+        return x.copy()
+    return copy_untraced(x)
+
+
+_FORMS[copy.copy] = trace_copy
+
 
 def trace_operator(a, b, attempts, failure):
     """`a <op> b` where a class of a or b defines the operator in Python: the methods Python
@@ -465,7 +647,7 @@ def trace_module_call(module, forward, args, kwargs):
 
 
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
-for _helper in (trace_defaultdict_missing, trace_module_call, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+for _helper in (trace_defaultdict_missing, trace_module_call, _islice_bound, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)
@@ -479,6 +661,57 @@ for _member in vars(collections.Counter).values():
 del _member, _function
 
 
+# A namedtuple class's own methods (made by collections.namedtuple from one template, so one
+# code object for all classes), by that code.
+_SAMPLE_NAMEDTUPLE = collections.namedtuple("_SAMPLE_NAMEDTUPLE", "a")
+_NAMEDTUPLE_FORMS = {
+    _SAMPLE_NAMEDTUPLE._replace.__code__: trace_namedtuple_replace,
+    _SAMPLE_NAMEDTUPLE._asdict.__code__: trace_namedtuple_asdict,
+}
+_NAMEDTUPLE_MAKE_CODE = _SAMPLE_NAMEDTUPLE._make.__func__.__code__
+_MAKE_FORMS = weakref.WeakKeyDictionary()
+
+
+def trace_namedtuple_make(cls, iterable):
+    """A namedtuple class's _make (its classmethod's function, called with the class)."""
+    values = tuple(iterable)
+    if len(values) != len(cls._fields):
+        raise TypeError(f"Expected {len(cls._fields)} arguments, got {len(values)}")
+    return cls(*values)
+
+
+_C.allow_code(trace_namedtuple_make.__code__)  # (called by the bound form below)
+
+
+def _namedtuple_make_form(cls):
+    """cls._make(iterable) of a namedtuple class: cls(*iterable)."""
+    form = _MAKE_FORMS.get(cls)
+    if form is None:
+        def trace_bound_namedtuple_make(iterable):
+            return trace_namedtuple_make(cls, iterable)
+
+        form = _MAKE_FORMS[cls] = trace_bound_namedtuple_make
+    return form
+
+
+def tuple_method(cls, name):
+    """The function the tracer inlines for `t.<name>(...)` on a tuple of class cls (a
+    namedtuple, a typing.NamedTuple, a structseq) that the trace holds item by item: the form
+    of a namedtuple's own method, or a Python function the class defines (a NamedTuple's
+    method); None for anything else."""
+    for klass in cls.__mro__:
+        if klass is tuple:
+            return None
+        function = vars(klass).get(name)
+        if function is None:
+            continue
+        code = getattr(function, "__code__", None)
+        if code in _NAMEDTUPLE_FORMS:
+            return _NAMEDTUPLE_FORMS[code]
+        return function if isinstance(function, types.FunctionType) else None
+    return None
+
+
 def python_form(fn, keyed=False):
     """The Python form the tracer runs for `fn` (called with a `key=` or `strict=` argument:
     `keyed`), or None."""
@@ -486,6 +719,11 @@ def python_form(fn, keyed=False):
         form = _FORMS.get(fn) or (_KEYED_FORMS.get(fn) if keyed else None)
     except TypeError:  # unhashable
         return None
+    if form is None and getattr(fn, "__code__", None) is _NAMEDTUPLE_MAKE_CODE:
+        return trace_namedtuple_make  # (read off the class: the class comes first)
+    if (form is None and isinstance(fn, types.MethodType) and isinstance(fn.__self__, type)
+            and getattr(fn.__func__, "__code__", None) is _NAMEDTUPLE_MAKE_CODE):
+        return _namedtuple_make_form(fn.__self__)
     if form is None and getattr(fn, "__code__", None) is _CONTEXTMANAGER_CODE:
         return _manager_form(fn)
     return form

@@ -23,7 +23,7 @@ import torch
 from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
-from ._python_forms import FORM_CLASSES, deepcopy_kind, python_form  # noqa: F401  (python_form: looked up by the C++ core)
+from ._python_forms import FORM_CLASSES, copy_kind, deepcopy_kind, python_form, tuple_method  # noqa: F401  (python_form, tuple_method: looked up by the C++ core)
 from ._python_forms import trace_defaultdict_missing as defaultdict_missing  # noqa: F401  (the same)
 from ._python_forms import trace_operator as operator_form  # noqa: F401  (the same)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
@@ -74,7 +74,7 @@ _PURE_BUILTINS = {
     builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
     builtins.sorted, builtins.list, builtins.hash, builtins.format, builtins.enumerate,
     builtins.zip, builtins.reversed, builtins.dict, builtins.slice,
-    deepcopy_kind,  # framejit's own: how copy.deepcopy copies a class (_python_forms)
+    deepcopy_kind, copy_kind,  # framejit's own: how copy.(deep)copy copies a class (_python_forms)
     typing.get_origin, typing.get_args,  # of annotations (strict dataclasses' validators)
 }
 
@@ -1101,3 +1101,29 @@ def tensor_type_name(dtype, device):
     "torch.cuda.HalfTensor"."""
     name = torch.empty(0, dtype=dtype).type()
     return name if device.type == "cpu" else name.replace("torch.", f"torch.{device.type}.", 1)
+
+
+_LEGACY_TYPE_DTYPES = {
+    "DoubleTensor": torch.float64, "FloatTensor": torch.float32, "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16, "LongTensor": torch.int64, "IntTensor": torch.int32,
+    "ShortTensor": torch.int16, "CharTensor": torch.int8, "ByteTensor": torch.uint8,
+    "BoolTensor": torch.bool, "ComplexFloatTensor": torch.complex64,
+    "ComplexDoubleTensor": torch.complex128,
+}
+
+
+def legacy_tensor_type(target):
+    """x.type(target) for a legacy tensor type named by text ("torch.DoubleTensor",
+    "torch.cuda.HalfTensor") or given as its class (torch.FloatTensor): the (device, dtype) it
+    converts to, as x.to(device, dtype); None for anything else (a dtype is x.to(dtype))."""
+    if isinstance(target, str):
+        name = target
+    elif isinstance(target, type) and isinstance(getattr(target, "__module__", None), str):
+        name = f"{target.__module__}.{target.__name__}"
+    else:
+        return None
+    prefix, _, base = name.rpartition(".")
+    dtype = _LEGACY_TYPE_DTYPES.get(base)
+    if dtype is None or prefix not in ("torch", "torch.cuda"):
+        return None
+    return ("cuda" if prefix == "torch.cuda" else "cpu"), dtype

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import coverage_data_model
 import framejit
 from framejit.testing import CompileCounter, regions, same
 
@@ -39,6 +40,9 @@ def example(text, make=lambda: (torch.randn(4, 4),)):
         EXAMPLES[text] = (fn, make)
         return fn
     return register
+
+
+coverage_data_model.register(example)  # the rows of "Python's data model"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1117,7 +1121,8 @@ def fields(value):
 
 # Examples whose result depends on state their own call changes (a running buffer).
 UNREPEATABLE = {"self.running.mul_(0.9)", "for t in it",  # (the iterator is used up)
-                "p.grad = None", "opt.step()"}  # (the first call cleared the grad, stepped)
+                "p.grad = None", "opt.step()",  # (the first call cleared the grad, stepped)
+                "nonlocal count; count += 1"}  # (a counter in a closure)
 
 
 def test_every_example_row_is_covered():

@@ -1,0 +1,358 @@
+"""Python's data model as library code uses it (issue #16), each construct compiled next to eager
+with its graph and break counts (torch.compile makes one graph and no break for each): list and
+dict operations on containers the trace made or read, sequence comparisons, enums, namedtuples,
+`match` statements, itertools / operator / copy / os helpers, closures written with `nonlocal`,
+and version checks. State that the trace answers at compile time is guarded: a change compiles
+again."""
+import collections
+import copy
+import enum
+import itertools
+import operator
+import os
+import sys
+import typing
+from typing import NamedTuple
+
+import pytest
+import torch
+from torch import nn
+
+import framejit
+from framejit.testing import CompileCounter, same
+
+
+def compile_and_compare(fn, *args, calls=2):
+    """fn compiled, called `calls` times against eager; the counter and the explained run."""
+    counter = CompileCounter()
+    compiled = framejit.compile(fn, backend=counter)
+    for _ in range(calls):
+        assert same(compiled(*args), fn(*args))
+    return counter, framejit.explain(fn)(*args)
+
+
+def assert_one_graph(fn, *args, ops=None):
+    counter, explained = compile_and_compare(fn, *args)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert counter.frame_count == 1
+    if ops is not None:
+        assert counter.op_count == ops
+    return counter
+
+
+# --- lists and dicts -----------------------------------------------------------------------
+
+
+def fills_a_list(x):
+    outs = [None] * 3  # a list value of the trace, not a constant
+    for i in range(3):
+        outs[i] = x * i
+    outs[-1] = outs[-1] + 1
+    parts = [x, x, x, x]
+    parts[1:3] = [x * 2, x * 3, x * 4]  # a slice replaced by more items
+    del parts[::2]
+    return outs, parts
+
+
+def repeats_and_searches(x):
+    xs = [x] * 2 + [x * 2]
+    ys = 2 * (x, x + 1)
+    xs.remove(xs[0])  # by identity, as list.remove finds it first
+    # (an item before the one sought that is another tensor would be compared: eager raises)
+    return xs, ys, xs.index(xs[0]), [x, x].count(x), ys.index(ys[0]), [1, x].index(1)
+
+
+def test_item_and_slice_stores_into_lists_made_in_the_trace_are_one_graph():
+    assert_one_graph(fills_a_list, torch.randn(3))
+
+
+def test_sequence_repetition_and_identity_searches_are_one_graph():
+    assert_one_graph(repeats_and_searches, torch.randn(3))
+
+
+def updates_dicts(x, kw):
+    out = {}
+    out.update({"h": x})
+    out.update(k=x.sum())
+    out.update([("z", x * 0)])
+    out.update(zip(["a", "b"], x.unbind(0)[:2]))
+    merged = {"alpha": 1.0, "beta": 2.0} | kw
+    merged |= {"gamma": 3.0}
+    copied = kw.copy()
+    copied["alpha"] = 9.0  # the copy only
+    return out, list(out), sorted(out), x * merged["alpha"] + merged["gamma"], copied
+
+
+def test_dict_update_merge_copy_and_iteration_of_trace_dicts_are_one_graph():
+    kw = {"alpha": 0.5}
+    assert_one_graph(updates_dicts, torch.randn(4), kw)
+    assert kw == {"alpha": 0.5}
+
+
+def picks_by_key(x, scores):
+    best = max(scores, key=scores.get)  # a dict's method read as a value
+    ordered = [v * len(k) for k, v in sorted({"ab": x, "a": x + 1}.items(), reverse=True)]
+    return x * scores[best], best, ordered
+
+
+def test_a_bound_dict_method_as_a_key_and_sorting_items_holding_tensors_are_one_graph():
+    assert_one_graph(picks_by_key, torch.randn(3), {"a": 1.0, "b": 3.0})
+
+
+def compares_tuples(x):
+    shape = x.shape
+    small = shape < (4, 9)
+    pairs = [("b", x), ("a", x * 2)]
+    return x * int(small), min(pairs)[1], (1, x) == (2, x), (1, x) == (1, x)
+
+
+def test_tuples_holding_tensors_compare_by_their_first_differing_item():
+    assert_one_graph(compares_tuples, torch.randn(3, 5))
+
+
+def compares_tensors_inside_tuples(x, y):
+    return (1, x) < (1, y)
+
+
+def test_a_comparison_reaching_two_tensors_needs_their_data_as_in_eager():
+    x, y = torch.randn(1), torch.randn(1)
+    counter = CompileCounter()
+    assert same(framejit.compile(compares_tensors_inside_tuples, backend=counter)(x, y),
+                compares_tensors_inside_tuples(x, y))
+    reasons = framejit.explain(compares_tensors_inside_tuples)(x, y).break_reasons
+    assert any("inside sequences" in reason for reason in reasons)
+
+
+# --- enums ----------------------------------------------------------------------------------
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+class Act(enum.IntEnum):
+    RELU = 1
+    GELU = 2
+
+
+def reads_members(x, mode, act):
+    by_value = Mode("eval")
+    names = [m.name for m in Mode]
+    width = sum(len(m.value) for m in Mode)
+    return x * len(mode.value) + int(act) * width, mode.name, by_value, names
+
+
+def test_enum_values_names_lookups_and_iteration_are_one_graph_guarded_by_member():
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_members, backend=counter)
+    x = torch.randn(3)
+    for mode, act in [(Mode.TRAIN, Act.GELU), (Mode.TRAIN, Act.GELU), (Mode.EVAL, Act.GELU),
+                      (Mode.EVAL, Act.RELU)]:
+        assert same(compiled(x, mode, act), reads_members(x, mode, act))
+    assert counter.frame_count == 3  # one per (mode, act) pair met: the members are guarded
+    assert framejit.explain(reads_members)(x, Mode.TRAIN, Act.RELU).graph_break_count == 0
+
+
+# --- namedtuples ----------------------------------------------------------------------------
+
+
+Pair = collections.namedtuple("Pair", "a b")
+
+
+class ModelOut(NamedTuple):
+    hidden: torch.Tensor
+    aux: typing.Optional[torch.Tensor] = None
+
+    def total(self):
+        return self.hidden + (0 if self.aux is None else self.aux)
+
+
+def uses_namedtuples(x, p):
+    q = p._replace(b=p.b - 1)
+    r = Pair._make([x, x * 3])
+    out = ModelOut(x * 2)
+    return q, r[0] + r[-1], len(r), out._asdict()["hidden"], out.total(), Pair._fields, p.a
+
+
+def test_namedtuple_methods_and_namedtuples_passed_in_are_one_graph():
+    x = torch.randn(3)
+    assert_one_graph(uses_namedtuples, x, Pair(x + 1, x * 2))
+
+
+def test_a_namedtuple_passed_in_is_guarded_by_its_class_and_length():
+    x = torch.randn(3)
+    counter = CompileCounter()
+    compiled = framejit.compile(uses_namedtuples, backend=counter)
+    Other = collections.namedtuple("Other", "a b")
+    for p in [Pair(x + 0, x + 1), Pair(x + 2, x + 3), Other(x + 0, x + 1)]:
+        assert same(compiled(x, p), uses_namedtuples(x, p))
+    assert counter.frame_count == 2
+
+
+# --- match statements ------------------------------------------------------------------------
+
+
+class Point:
+    __match_args__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+
+def matches(x, spec):
+    match spec:
+        case {"scale": s, **rest}:
+            x = x * s + len(rest)
+        case [a, b, *others]:
+            x = x + a * b + len(others)
+        case Point(x=px, y=0) | Point(px, 1):
+            x = x - px
+        case int(n) if n > 2:
+            x = x * n
+        case str() as name:
+            x = x + len(name)
+        case _:
+            x = -x
+    match (x, x + 1):
+        case (t, u):
+            return t * u
+
+
+@pytest.mark.parametrize("spec", [{"scale": 2.0, "other": 1}, [1, 2, 3, 4], (5, 6),
+                                  Point(3.0, 0), Point(2.0, 1), 7, 1, "abc", None],
+                         ids=lambda s: type(s).__name__)
+def test_match_statements_are_decided_in_the_trace(spec):
+    assert_one_graph(matches, torch.randn(3), spec)
+
+
+# --- itertools, operator, copy, os ------------------------------------------------------------
+
+
+def iterates(x):
+    xs = [x, x * 2, x * 3, x * 4]
+    head = sum(itertools.islice(xs, 1, None, 2))
+    pairs = [a - b for a, b in itertools.pairwise(xs)]
+    repeated = list(itertools.repeat(x, 2))
+    starred = list(itertools.starmap(operator.mul, [(x, 2), (x, 3)]))
+    taken = list(itertools.takewhile(lambda t: t is not xs[2], xs))
+    dropped = list(itertools.dropwhile(lambda t: t is not xs[2], xs))
+    kept = list(itertools.compress(xs, [1, 0, 1, 0]))
+    summed = operator.methodcaller("sum", dim=0)(torch.stack(xs))
+    return head, pairs, repeated, starred, taken, dropped, kept, summed
+
+
+def test_itertools_and_methodcaller_forms_are_one_graph():
+    assert_one_graph(iterates, torch.randn(3))
+
+
+def copies(x, xs, d):
+    ys = copy.copy(xs)
+    ys.append(x)
+    e = copy.copy(d)
+    e["k"] = x
+    return ys, e, copy.copy((x * 2, 1)), len(xs), len(d)
+
+
+def test_copy_copy_of_lists_dicts_and_atoms_is_one_graph_and_leaves_the_originals():
+    xs, d = [1, 2], {"a": 1}
+    assert_one_graph(copies, torch.randn(2), xs, d)
+    assert xs == [1, 2] and d == {"a": 1}
+
+
+def reads_getenv(x):
+    return x * int(os.getenv("FRAMEJIT_TEST_SCALE", "3"))
+
+
+def test_os_getenv_is_one_graph_and_guarded_on_the_variable(monkeypatch):
+    monkeypatch.delenv("FRAMEJIT_TEST_SCALE", raising=False)
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_getenv, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x), x * 3)
+    monkeypatch.setenv("FRAMEJIT_TEST_SCALE", "5")
+    assert same(compiled(x), x * 5)
+    assert same(compiled(x), x * 5)
+    assert counter.frame_count == 2
+
+
+# --- modules, closures, classes -----------------------------------------------------------------
+
+
+class Tower(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
+
+    def forward(self, x):
+        outs = []
+        for i, layer in enumerate(reversed(self.layers)):
+            x = layer(x) * (i + 1)
+            outs.append(x)
+        return outs
+
+
+def test_reversed_module_list_is_one_graph():
+    model = Tower()
+    counter, explained = compile_and_compare(model, torch.randn(2, 4))
+    assert counter.frame_count == 1 and explained.graph_break_count == 0
+    model.layers.append(nn.Linear(4, 4))  # its length is guarded
+    assert same(framejit.compile(model, backend=counter)(torch.ones(2, 4)), model(torch.ones(2, 4)))
+
+
+def make_counter():
+    count = 0
+    history = []
+
+    def step(x):
+        nonlocal count, history
+        count += 1
+        history = history + [count]
+        return x * count
+
+    return step
+
+
+def test_nonlocal_stores_into_a_closure_are_replayed_at_the_exit():
+    eager, compiled_fn = make_counter(), make_counter()
+    compiled = framejit.compile(compiled_fn, backend=CompileCounter())
+    x = torch.randn(3)
+    for _ in range(3):
+        assert same(compiled(x), eager(x))
+    cells = lambda f: [c.cell_contents for c in f.__closure__]  # noqa: E731
+    assert cells(compiled_fn) == cells(eager) == [3, [1, 2, 3]]
+    explained = framejit.explain(make_counter())(x)
+    assert explained.graph_break_count == 0
+
+
+def checks_versions_and_types(x, v):
+    dev = torch.device("cpu")
+    y = x.type(torch.float64) + x.type("torch.DoubleTensor")
+    if sys.version_info >= (3, 10) and torch.__version__ >= "2.0":
+        y = y * 2
+    if isinstance(v, typing.Mapping):
+        return y
+    if isinstance(v, typing.Sequence):
+        return torch.ones(3, device=dev) + y * len(v), dev == x.device
+    return y
+
+
+def test_version_checks_devices_legacy_types_and_typing_aliases_are_one_graph():
+    assert_one_graph(checks_versions_and_types, torch.randn(3), [1, 2])
+    assert_one_graph(checks_versions_and_types, torch.randn(3), {"a": 1})
+
+
+class Frozen:
+    def __init__(self, d):
+        object.__setattr__(self, "d", d)  # as a frozen dataclass's __init__ stores
+        object.__setattr__(self, "half", d // 2)
+
+
+def makes_frozen(x):
+    spec = Frozen(x.shape[-1])
+    return x * spec.half + spec.d
+
+
+def test_object_setattr_on_an_object_made_in_the_trace_is_one_graph():
+    assert_one_graph(makes_frozen, torch.randn(4))
