@@ -69,8 +69,10 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
   std::vector<ValuePtr> args;
   if (args_value->is_sequence()) {
     args = args_value->items;
-  } else if (args_value->is_const() && PyTuple_CheckExact(args_value->obj.ptr())) {
-    for (py::handle item : args_value->obj) {  // a constant tuple: f(*(), **kw), f(*(1, 2))
+  } else if (args_value->is_const() && PyTuple_Check(args_value->obj.ptr())) {
+    // a constant tuple: f(*(), **kw), f(*(1, 2)), x.view(*shape) of a torch.Size pinned to its
+    // numbers (CPython makes a tuple of what is not one)
+    for (py::handle item : args_value->obj) {
       args.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
   } else {

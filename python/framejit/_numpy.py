@@ -44,8 +44,8 @@ def _out(value):
 
 
 class _Target:
-    """A graph node's target (picklable by name, printed as the NumPy name it stands for)."""
-    __module__ = "numpy"
+    """A graph node's target: picklable by name, printed as framejit._numpy.<NumPy name>
+    (`framejit._numpy.sin(x)`, `framejit._numpy.ndarray.mean(a, axis = 0)`)."""
 
     def __init__(self, name, run):
         self.__name__ = name.rpartition(".")[2]

@@ -356,3 +356,19 @@ def makes_frozen(x):
 
 def test_object_setattr_on_an_object_made_in_the_trace_is_one_graph():
     assert_one_graph(makes_frozen, torch.randn(4))
+
+
+def splits_heads(x):
+    new_shape = x.size()[:-1] + (4, 2)
+    y = x.view(*new_shape)  # a torch.Size pinned to its numbers under a backend per size
+    return y.permute(0, 2, 1, 3).reshape(*x.shape)
+
+
+def test_star_arguments_of_a_pinned_torch_size_are_one_graph_under_a_static_backend():
+    def static(gm, example_inputs):  # not shape-generic: sizes are constants in its graphs
+        return gm.forward
+
+    x = torch.randn(2, 3, 8)
+    explained = framejit.explain(splits_heads, backend=static)(x)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    assert same(explained.result, splits_heads(x))
