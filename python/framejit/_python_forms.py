@@ -569,13 +569,17 @@ _COPY_ATOMIC = frozenset({
 
 def copy_kind(cls):
     """How copy.copy copies an instance of cls, as its form below repeats it: "atomic"
-    (itself), "copy" (an exact list, dict, set or bytearray: its copy() method), or None
+    (itself), "copy" (an exact list, dict, set or bytearray: its copy() method), "object" (an
+    instance of a plain Python class, rebuilt as copy does from __reduce_ex__(4):
+    object.__new__ and its __dict__'s items, see deepcopy_kind; no __copy__ of its own), or None
     (anything else: left to copy.copy). Called by the tracer at trace time on a constant class
     (a pure builtin, see _support)."""
     if cls in _COPY_ATOMIC:
         return "atomic"
     if cls in (list, dict, set, bytearray):
         return "copy"
+    if deepcopy_kind(cls) == "object" and not hasattr(cls, "__copy__"):
+        return "object"
     return None
 
 
@@ -592,6 +596,11 @@ def trace_copy(x):
         return x
     if kind == "copy":
         return x.copy()
+    if kind == "object":
+        y = object.__new__(type(x))
+        for name, value in x.__dict__.items():
+            object.__setattr__(y, name, value)
+        return y
     return copy_untraced(x)
 
 

@@ -372,3 +372,21 @@ def test_star_arguments_of_a_pinned_torch_size_are_one_graph_under_a_static_back
     explained = framejit.explain(splits_heads, backend=static)(x)
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
     assert same(explained.result, splits_heads(x))
+
+
+class Settings:
+    def __init__(self, scale):
+        self.scale = scale
+        self.names = ["a"]
+
+
+def copies_an_object(x, settings):
+    view = copy.copy(settings)
+    view.scale = 3.0  # the copy only; its list is the original's, as copy.copy shares it
+    return x * view.scale + settings.scale, view.names is settings.names
+
+
+def test_copy_copy_of_a_plain_object_is_one_graph_and_shares_its_items():
+    settings = Settings(2.0)
+    assert_one_graph(copies_an_object, torch.randn(3), settings)
+    assert settings.scale == 2.0
