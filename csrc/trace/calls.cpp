@@ -47,9 +47,11 @@ bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
 bool is_pinned_object(const ValuePtr& v) {
   PyObject* obj = v->obj.ptr();
   // (class data, read as it is now: a typing annotation of a dataclass field)
-  return v->kind == VKind::kObject && (PyModule_Check(obj) || PyFunction_Check(obj) ||
-                                       PyCFunction_Check(obj) || PyType_Check(obj) ||
-                                       (v->frozen && v->is(ObjRole::kPlain) && !v->bound_self));
+  // (only a plain object stands for its obj: an object the trace made holds its class there,
+  // a bound method its function)
+  return v->is(ObjRole::kPlain) && !v->bound_self &&
+         (PyModule_Check(obj) || PyFunction_Check(obj) || PyCFunction_Check(obj) ||
+          PyType_Check(obj) || v->frozen);
 }
 
 bool all_constant(const std::vector<ValuePtr>& args, const KwValues& kwargs) {

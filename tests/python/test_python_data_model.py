@@ -5,6 +5,7 @@ dict operations on containers the trace made or read, sequence comparisons, enum
 and version checks. State that the trace answers at compile time is guarded: a change compiles
 again."""
 import collections
+import collections.abc
 import copy
 import enum
 import itertools
@@ -390,3 +391,29 @@ def test_copy_copy_of_a_plain_object_is_one_graph_and_shares_its_items():
     settings = Settings(2.0)
     assert_one_graph(copies_an_object, torch.randn(3), settings)
     assert settings.scale == 2.0
+
+
+class LayerView(collections.abc.Sequence):
+    """A Sequence made in the trace (transformers' per-layer config view)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        if i >= self.n:
+            raise IndexError(i)
+        return i * 2
+
+
+def zips_a_sequence_made_here(x):
+    total = x
+    for kind, scale in zip(["a", "b"], LayerView(2)):
+        total = total + scale * len(kind)
+    return total
+
+
+def test_zip_over_a_sequence_object_made_in_the_trace_iterates_it_not_its_class():
+    assert_one_graph(zips_a_sequence_made_here, torch.randn(3))
