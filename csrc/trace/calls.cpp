@@ -820,6 +820,27 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     compiling_asked_ = compiling_asked_ || compiling_answer_;
     return Value::constant(py::bool_(compiling_answer_));
   }
+  if (PyCFunction_Check(callable.ptr()) || PyFunction_Check(callable.ptr())) {
+    // torch._check(cond, message) and its kin on a condition the trace decides (a constant, a
+    // comparison of sizes: guarded as a branch on it would be): nothing when it holds, the
+    // program's error where it does not (CPython raises it there).
+    static const std::vector<PyObject*> kChecks = [] {
+      std::vector<PyObject*> checks;
+      py::object torch = PyRefs::get().torch;
+      for (const char* name : {"_check", "_check_index", "_check_value", "_check_type", "_check_not_implemented"}) {
+        if (py::hasattr(torch, name)) checks.push_back(py::object(torch.attr(name)).release().ptr());
+      }
+      return checks;
+    }();
+    if (!args.empty() && std::find(kChecks.begin(), kChecks.end(), callable.ptr()) != kChecks.end()) {
+      ValuePtr cond = args[0];
+      if (cond->kind == VKind::kSymNum && cond->is_size_expr()) cond = sizes_.decide(cond);
+      if (cond->is_const() && PyBool_Check(cond->obj.ptr())) {
+        if (cond->obj.ptr() == Py_True) return Value::constant(py::none());
+        FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() of a condition that does not hold", callable_name(callable));
+      }
+    }
+  }
   if (kind == CallableKind::kExportingFlag && args.empty() && kwargs.empty()) {
     return Value::constant(py::bool_(false));  // a compile, not an export
   }

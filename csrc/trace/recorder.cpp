@@ -257,7 +257,9 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
       result = self.attr(meta_method.c_str())(*py::tuple(rest), **meta_kwargs);
     } else if (!call.any_tensor && !meta_kwargs.contains("device")) {
       // A factory (torch.zeros, torch.tensor, ...): allocate on meta, run on the default device.
-      py::dict factory_kwargs(meta_kwargs);
+      // (a copy: py::dict of a dict is the same dict, and the fallback below calls without it)
+      py::dict factory_kwargs = py::reinterpret_steal<py::dict>(PyDict_Copy(meta_kwargs.ptr()));
+      if (!factory_kwargs) throw py::error_already_set();
       factory_kwargs["device"] = refs.meta_device;
       try {
         result = call.fn(*py::tuple(meta_args), **factory_kwargs);

@@ -417,3 +417,13 @@ def zips_a_sequence_made_here(x):
 
 def test_zip_over_a_sequence_object_made_in_the_trace_iterates_it_not_its_class():
     assert_one_graph(zips_a_sequence_made_here, torch.randn(3))
+
+
+def divides_sizes(x):
+    chunks = torch.div(x.size(1), 4, rounding_mode="trunc") - 1  # a tensor, as in eager
+    torch._check(x.size(0) > 0)
+    return x * chunks
+
+
+def test_torch_div_of_numbers_and_torch_check_of_sizes_are_one_graph():
+    assert_one_graph(divides_sizes, torch.randn(2, 12))
