@@ -234,8 +234,13 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       try {
         traced->run();
         return true;
-      } catch (const CompilingFlagRetrace&) {
+      } catch (const CompilingFlagRetrace& retrace) {
         compiling_answer = false;
+        if (log_enabled(Artifact::graph_breaks)) {
+          log_emit(Artifact::graph_breaks,
+                   "tracing again with torch.compiler.is_compiling() False: the compile-only path "
+                   "failed: " + retrace.reason);
+        }
       } catch (const StaticSizesRetrace&) {
         symbolic_sizes = false;
       } catch (const InlineBreak& inner) {

@@ -35,6 +35,8 @@ struct StaticSizesRetrace {};
 // its attention mask None "under compile", then indexes it), or called a higher-order op only
 // torch.compile's tracer handles (Mamba's associative_scan). The caller retraces with the
 // flags answering False, as eager's Python would.
-struct CompilingFlagRetrace {};
+struct CompilingFlagRetrace {
+  std::string reason;  // what failed on the compile-only path (logged as a graph break)
+};
 
 }  // namespace framejit

@@ -27,6 +27,41 @@ bool changes_shape_inplace(const std::string& target_text) {
                                     "squeeze_", "resize_", "resize_as_", "as_strided_", "set_"});
 }
 
+// A function the trace made (a combine_fn defined in the frame and handed to a higher-order op
+// such as associative_scan) as a real function, when everything it holds is known at trace
+// time (its defaults and its cells' contents constants): the graph calls the op with it.
+// An empty object otherwise.
+py::object made_function_object(const ValuePtr& fn) {
+  if (!fn->is(ObjRole::kMadeFunction) || fn->items.size() != 3) return py::object();
+  py::object parts[3];
+  for (int i = 0; i < 2; ++i) {
+    const ValuePtr& part = fn->items[i];
+    if (part->kind == VKind::kNull) {
+      parts[i] = py::none();
+    } else if (part->is_constant_tree()) {
+      parts[i] = part->as_python();
+    } else {
+      return py::object();
+    }
+  }
+  const ValuePtr& closure = fn->items[2];
+  if (closure->kind == VKind::kNull) {
+    parts[2] = py::none();
+  } else {
+    if (closure->kind != VKind::kTuple) return py::object();
+    py::list cells;
+    py::object cell_type = py::module_::import("types").attr("CellType");
+    for (const ValuePtr& cell : closure->items) {
+      if (cell->kind != VKind::kCell || cell->items.size() != 1 || !cell->items[0]->is_constant_tree()) {
+        return py::object();
+      }
+      cells.append(cell_type(cell->items[0]->as_python()));
+    }
+    parts[2] = py::tuple(cells);
+  }
+  return PyRefs::get().support.attr("make_function")(fn->obj, fn->globals, parts[0], parts[1], parts[2]);
+}
+
 py::object meta_value(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kSymNum:  // a scalar graph input: its trace-time value gives the metadata
@@ -88,6 +123,9 @@ Arg arg_of(const ValuePtr& value) {
       return Arg::of(value->node);
     case VKind::kConst:
     case VKind::kObject:
+      if (value->is(ObjRole::kMadeFunction)) {  // (bound into the target: record_call)
+        FJ_UNSUPPORTED(kUnsupportedValue, "a function made in the trace inside a torch call's arguments");
+      }
       return Arg::constant(numpy_free(value->obj));
     case VKind::kTuple:
     case VKind::kList: {
@@ -203,7 +241,31 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   if (!is_method && std::strcmp(Py_TYPE(fn_in.ptr())->tp_name, "CustomOpDef") == 0) {
     custom_op = py::getattr(fn_in, "_opoverload", py::none());
   }
-  py::handle fn = custom_op && !custom_op.is_none() ? custom_op : fn_in;
+  py::object fn_bound;  // fn with the functions the trace made bound in (see below)
+  if (!is_method) {
+    // A function the trace made among the positional arguments (associative_scan's combine_fn,
+    // defined in the frame): bound into the node's target (_support.FunctionArguments), since a
+    // graph's arguments are values FX can print. Only one whose defaults and cells are
+    // constants can be made a real function.
+    py::list positions;
+    py::list functions;
+    std::vector<ValuePtr> rest;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!args[i]->is(ObjRole::kMadeFunction)) {
+        rest.push_back(args[i]);
+        continue;
+      }
+      py::object made = made_function_object(args[i]);
+      if (!made) FJ_UNSUPPORTED(kUnsupportedValue, "a function holding traced values passed to a torch call");
+      positions.append(py::int_(i));
+      functions.append(made);
+    }
+    if (py::len(positions) > 0) {
+      fn_bound = refs.support.attr("FunctionArguments")(fn_in, py::tuple(positions), py::tuple(functions));
+      args = std::move(rest);
+    }
+  }
+  py::handle fn = custom_op && !custom_op.is_none() ? py::handle(custom_op) : fn_bound ? py::handle(fn_bound) : fn_in;
   const std::string hint = custom_op && !custom_op.is_none()
                                ? py::str(custom_op.attr("_opname")).cast<std::string>()
                                : name_hint;

@@ -160,7 +160,10 @@ void Tracer::run() {
       }
     } catch (Unsupported& e) {
       fr->stack = saved_stack;
-      if ((e.program_raised || e.compile_path_only) && compiling_asked_) throw CompilingFlagRetrace{};
+      if ((e.program_raised || e.compile_path_only) && compiling_asked_) {
+        throw CompilingFlagRetrace{fmt::format("{} in {} ({}:{})", e.what(), str_text(fr->code->co_qualname),
+                                               str_text(fr->code->co_filename), ins.line)};
+      }
       if (sizes_.symbolic() && stack_holds_size_expr()) throw StaticSizesRetrace{};
       if (depth > 1) {
         // Inside an inlined callee: the region must end at the outermost-but-one call instead,

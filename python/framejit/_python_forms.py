@@ -264,6 +264,13 @@ def trace_namedtuple_asdict(self):
     return dict(zip(self._fields, self))
 
 
+def trace_mark_static_address(t, guard=True):
+    """torch._dynamo.mark_static_address inside a traced frame (transformers' caches mark their
+    buffers while compiling): a hint for CUDA graphs, which framejit's graphs do not capture;
+    nothing."""
+    return None
+
+
 def trace_sorted(iterable, /, *, key=None, reverse=False):
     # A stable insertion sort asking only `<`, as list.sort does: equal keys keep their order,
     # also with reverse=True.
@@ -424,6 +431,7 @@ _FORMS = {
     operator.methodcaller: trace_methodcaller,
     os.getenv: trace_getenv,
 }
+
 
 
 def trace_count_elements(mapping, iterable):
@@ -733,6 +741,9 @@ def python_form(fn, keyed=False):
     if (form is None and isinstance(fn, types.MethodType) and isinstance(fn.__self__, type)
             and getattr(fn.__func__, "__code__", None) is _NAMEDTUPLE_MAKE_CODE):
         return _namedtuple_make_form(fn.__self__)
+    if (form is None and getattr(fn, "__name__", None) == "mark_static_address"
+            and getattr(fn, "__module__", None) == "torch._dynamo.decorators"):
+        return trace_mark_static_address  # (named: importing torch._dynamo here costs a second)
     if form is None and getattr(fn, "__code__", None) is _CONTEXTMANAGER_CODE:
         return _manager_form(fn)
     return form

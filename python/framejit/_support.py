@@ -1127,3 +1127,26 @@ def legacy_tensor_type(target):
     if dtype is None or prefix not in ("torch", "torch.cuda"):
         return None
     return ("cuda" if prefix == "torch.cuda" else "cpu"), dtype
+
+
+class FunctionArguments:
+    """A graph node's target: `op` called with functions the trace made (a higher-order op's
+    combine_fn, defined in the traced frame) put back at their positions among the arguments,
+    since a graph's arguments are values FX can print (Tracer::record_call). Printed
+    framejit._support.<op's name>."""
+
+    def __init__(self, op, positions, functions):
+        self.op = op
+        self.positions = positions
+        self.functions = functions
+        self.__name__ = getattr(op, "__name__", "call")
+        self.__qualname__ = self.__name__
+
+    def __call__(self, *args, **kwargs):
+        full = list(args)
+        for position, function in zip(self.positions, self.functions):
+            full.insert(position, function)
+        return self.op(*full, **kwargs)
+
+    def __repr__(self):
+        return f"<{self.__name__} with the trace's functions at {self.positions}>"

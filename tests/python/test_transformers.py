@@ -351,6 +351,17 @@ MORE_FAMILIES = {
         transformers.DebertaV2Config(vocab_size=1000, hidden_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=128,
                                      max_position_embeddings=128, pooler_hidden_size=64)), 1),
+    # its compile path runs associative_scan over a combine_fn defined in the forward (bound
+    # into the node's target), and its cache marks buffers static (a CUDA graphs hint: nothing)
+    "mamba": (lambda: transformers.MambaForCausalLM(transformers.MambaConfig(
+        num_hidden_layers=2, hidden_size=64, state_size=8, vocab_size=1000, expand=2,
+        conv_kernel=4)), 1),
+    # the MoE block's view(*orig_shape) under a backend that compiles per size (below)
+    "deepseek_v3": (_small(transformers.DeepseekV3Config, transformers.DeepseekV3ForCausalLM,
+                           n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+                           n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16,
+                           qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+                           first_k_dense_replace=1), 1),
 }
 
 
@@ -390,3 +401,26 @@ def test_moe_experts_take_a_new_batch_and_length_without_compiling(name):
             ids = torch.randint(2, 1000, shape)
             assert torch.allclose(compiled(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
     assert counter.frame_count == 1
+
+
+STATIC_FAMILIES = {
+    "deepseek_v3": MORE_FAMILIES["deepseek_v3"][0],
+    "openai_gpt": lambda: transformers.OpenAIGPTLMHeadModel(transformers.OpenAIGPTConfig(
+        n_layer=2, n_embd=64, n_head=4, vocab_size=1000, n_positions=128)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STATIC_FAMILIES))
+def test_a_backend_compiling_per_size_gets_one_graph(name):
+    # Sizes are constants in such a backend's graphs (inductor's first compile): a torch.Size
+    # pinned to its numbers and unpacked into view(*shape) stays in the graph.
+    def static(gm, example_inputs):
+        return gm.forward
+
+    torch.manual_seed(0)
+    model = STATIC_FAMILIES[name]().eval()
+    ids = torch.randint(2, 1000, (2, 12))
+    with torch.no_grad():
+        explained = framejit.explain(model, backend=static)(input_ids=ids)
+        assert torch.allclose(explained.result.logits, model(input_ids=ids).logits, atol=1e-5)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
