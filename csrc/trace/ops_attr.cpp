@@ -190,6 +190,29 @@ void op_store_subscr(Tracer& t, const Instr&) {
   if (t.store_item(container, key, value)) t.frame().discard_result = true;
 }
 
+void op_store_slice(Tracer& t, const Instr&) {  // 3.12: container[start:stop] = value
+  ValuePtr stop_in = t.pop();
+  ValuePtr start_in = t.pop();
+  ValuePtr container = t.pop();
+  ValuePtr value = t.pop();
+  if (container->is_tensor()) {  // as BINARY_SLICE: bounds that are sizes stay graph values
+    if (t.store_item(container, t.sizes().slice_of({start_in, stop_in}), value)) t.frame().discard_result = true;
+    return;
+  }
+  ValuePtr stop = t.sizes().concretize(stop_in);
+  ValuePtr start = t.sizes().concretize(start_in);
+  if (!start->is_const() || !stop->is_const()) {
+    t.push(value);
+    t.push(container);
+    t.push(start_in);
+    t.push(stop_in);
+    FJ_UNSUPPORTED(kUnsupportedValue, "a slice store with bounds {} and {}", start->describe(), stop->describe());
+  }
+  py::object bounds = py::reinterpret_steal<py::object>(PySlice_New(start->obj.ptr(), stop->obj.ptr(), nullptr));
+  if (!bounds) throw py::error_already_set();
+  if (t.store_item(container, Value::constant(std::move(bounds)), value)) t.frame().discard_result = true;
+}
+
 void op_delete_subscr(Tracer& t, const Instr&) {  // [container, key] -> del container[key]
   ValuePtr key = t.pop();
   ValuePtr container = t.pop();
@@ -221,6 +244,7 @@ void register_attr_ops(HandlerTable& table) {
   set(Op::BINARY_SUBSCR, op_binary_subscr);
   set(Op::BINARY_SLICE, op_binary_slice);
   set(Op::STORE_SUBSCR, op_store_subscr);
+  set(Op::STORE_SLICE, op_store_slice);
   set(Op::DELETE_SUBSCR, op_delete_subscr);
   set(Op::STORE_ATTR, op_store_attr);
   set(Op::DELETE_ATTR, op_delete_attr);
