@@ -1165,6 +1165,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       return Value::constant(py::bool_(result));
     }
+    if (name == "bool" && args.size() == 1 && args[0]->kind == VKind::kObject) {
+      // bool(obj): its class's __bool__ / __len__ run in the trace (as `if obj:` does), or the
+      // truth the trace knows (object's default, a container's items).
+      if (inline_truth(args[0])) {
+        frame().result_truth = 1;
+        return nullptr;
+      }
+      return Value::constant(py::bool_(truthy(args[0])));
+    }
     if (name == "len" && args.size() == 1) {
       const ValuePtr& v = args[0];
       if (v->is_tensor()) {

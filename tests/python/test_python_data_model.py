@@ -427,3 +427,20 @@ def divides_sizes(x):
 
 def test_torch_div_of_numbers_and_torch_check_of_sizes_are_one_graph():
     assert_one_graph(divides_sizes, torch.randn(2, 12))
+
+
+class Switch:
+    def __init__(self, on):
+        self.on = on
+
+    def __bool__(self):
+        return self.on
+
+
+def truths(x):
+    return x * int(bool(Switch(False))) + int(bool(Switch(True)))
+
+
+def test_bool_of_an_object_made_in_the_trace_runs_its_classs_bool():
+    # (bool() once saw the object's class, which is always true)
+    assert_one_graph(truths, torch.randn(3))
