@@ -7,6 +7,7 @@ Where an array leaves the region it becomes a real np.ndarray again (`to_ndarray
 
 As under torch.compile, a NumPy scalar result (np.sum(a)) is a 0-d array in the trace, and
 arrays are CPU arrays (a CUDA tensor's .numpy() raises in eager too)."""
+import functools
 import operator
 
 import numpy as np
@@ -94,30 +95,20 @@ class NumpyOperator(_Target):
         return numpy_operator, (self.operator,)
 
 
-_FUNCTIONS = {}
-_METHODS = {}
-_OPERATORS = {}
-
-
+# One target per name (cached), so nodes of every graph share it.
+@functools.lru_cache(maxsize=None)
 def numpy_function(name):
-    target = _FUNCTIONS.get(name)
-    if target is None:
-        target = _FUNCTIONS[name] = NumpyFunction(name)
-    return target
+    return NumpyFunction(name)
 
 
+@functools.lru_cache(maxsize=None)
 def numpy_method(name):
-    target = _METHODS.get(name)
-    if target is None:
-        target = _METHODS[name] = NumpyMethod(name)
-    return target
+    return NumpyMethod(name)
 
 
+@functools.lru_cache(maxsize=None)
 def numpy_operator(name):
-    target = _OPERATORS.get(name)
-    if target is None:
-        target = _OPERATORS[name] = NumpyOperator(name)
-    return target
+    return NumpyOperator(name)
 
 
 # NumPy's namespaces torch._numpy mirrors, by the module name of their functions.
@@ -163,14 +154,9 @@ class NumpyAttribute(_Target):
         return numpy_attribute, (self.attribute,)
 
 
-_ATTRIBUTES = {}
-
-
+@functools.lru_cache(maxsize=None)
 def numpy_attribute(name):
-    target = _ATTRIBUTES.get(name)
-    if target is None:
-        target = _ATTRIBUTES[name] = NumpyAttribute(name)
-    return target
+    return NumpyAttribute(name)
 
 
 def method_target(name):
