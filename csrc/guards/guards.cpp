@@ -264,6 +264,20 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return true;
     }
     case GuardKind::kDictKeys: {
+      if (PyAnySet_CheckExact(value)) {  // a set: its items in the order it iterates them now
+        if (PySet_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) return false;
+        Ref items = Ref::steal(PySequence_Tuple(value));
+        if (!items) {
+          PyErr_Clear();
+          return false;
+        }
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); ++i) {
+          PyObject* item = PyTuple_GET_ITEM(items.get(), i);
+          PyObject* want = PyTuple_GET_ITEM(expected, i);
+          if (item != want && !same_constant(item, want)) return false;
+        }
+        return true;
+      }
       // (A dict subclass is guarded where its class leaves dict's iteration as it is.)
       if (!PyDict_Check(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
         return false;

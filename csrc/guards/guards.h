@@ -20,7 +20,7 @@ enum class GuardKind : uint8_t {
   kLen,           // len(value) == n, value a tuple, list or dict (the type is guarded apart)
   kDictContains,  // (key in value) == flag, value a dict
   kDictKeys,      // list(value) == expected (a tuple of keys, in order), value an exact dict or
-                  // OrderedDict
+                  // OrderedDict, or an exact set or frozenset (its iteration order)
   kDistinct,      // value is not the value of slot n (two sources the trace took as two objects)
   kSame,          // value is the value of slot n (two sources the trace found to be one object)
   kSizeRelation,  // value.size(dim) REL (slot n's value).size(other_dim), both tensors (a

@@ -186,6 +186,20 @@ void op_check_exc_match(Tracer& t, const Instr&) {
 
 }  // namespace
 
+bool Tracer::set_items_by_source(const ValuePtr& set, std::vector<ValuePtr>& out) {
+  py::tuple items = py::reinterpret_steal<py::tuple>(PySequence_Tuple(set->obj.ptr()));
+  if (!items) throw py::error_already_set();
+  for (py::handle item : items) {
+    PyObject* obj = item.ptr();  // items a guard compares by value
+    if (!PyUnicode_CheckExact(obj) && !PyLong_CheckExact(obj) && !PyBool_Check(obj) && obj != Py_None) {
+      return false;
+    }
+  }
+  entry_.guard_dict_keys(set->source, items.ptr());
+  for (py::handle item : items) out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
+  return true;
+}
+
 bool Tracer::enum_members(const ValuePtr& cls, std::vector<ValuePtr>& out) {
   static PyObject* const kIter = PyUnicode_InternFromString("__iter__");
   PyTypeObject* meta = Py_TYPE(cls->obj.ptr());
@@ -245,6 +259,10 @@ ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
     for (py::handle item : seq->obj) {
       items.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
+  } else if (seq->is(ObjRole::kPlain) && !seq->bound_self && seq->source >= 0 &&
+             PyAnySet_CheckExact(seq->obj.ptr()) && set_items_by_source(seq, items)) {
+    // `for t in self.layer_types_set`: a set read by source, in the order it iterates now
+    // (equal sets may iterate in other orders: the order itself is guarded).
   } else if (seq->kind == VKind::kObject && PyRefs::get().is_enum_class(seq->obj.ptr()) &&
              enum_members(seq, items)) {
     // `for m in Mode`: its members in definition order (fixed with the class, guarded by

@@ -318,6 +318,9 @@ class Tracer {
   // The members of an Enum class, in definition order; false if its metaclass iterates
   // otherwise.
   bool enum_members(const ValuePtr& cls, std::vector<ValuePtr>& out);
+  // The items of a set (or frozenset) read by source in the order it iterates them now, that
+  // order guarded; false for a set of items a guard cannot compare.
+  bool set_items_by_source(const ValuePtr& set, std::vector<ValuePtr>& out);
   // enumerate / zip / reversed as iterators that read their arguments lazily; nullptr when not
   // handled here.
   ValuePtr iterator_builtin(const std::string& name, const std::vector<ValuePtr>& args,

@@ -444,3 +444,27 @@ def truths(x):
 def test_bool_of_an_object_made_in_the_trace_runs_its_classs_bool():
     # (bool() once saw the object's class, which is always true)
     assert_one_graph(truths, torch.randn(3))
+
+
+class ByKind(nn.Module):
+    """Gemma 4's text model: a mask per kind of layer, for the kinds in a set it keeps."""
+
+    def __init__(self):
+        super().__init__()
+        self.kinds = set(["full", "sliding", "full"])
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        masks = {}
+        for kind in self.kinds:
+            masks[kind] = self.proj(x) * len(kind)
+        return masks
+
+
+def test_iterating_a_set_passed_in_is_one_graph_and_guards_its_order():
+    model = ByKind()
+    counter, explained = compile_and_compare(model, torch.randn(2, 4))
+    assert counter.frame_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    model.kinds = {"local"}  # another set: its items (and their order) are guarded
+    assert same(framejit.compile(model, backend=counter)(torch.ones(2, 4)), model(torch.ones(2, 4)))
+    assert counter.frame_count == 2
