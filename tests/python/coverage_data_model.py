@@ -114,6 +114,12 @@ def register(example):
     def ex_getenv(x):
         return x * int(os.getenv("FRAMEJIT_N", "3"))
 
+    @example("for kind in self.kinds:", lambda: (torch.randn(4, 4), {"full", "sliding"}))
+    def ex_set_by_source(x, kinds):
+        for kind in kinds:
+            x = x * len(kind)
+        return x
+
     @example("reversed(self.layers)")
     def ex_reversed_layers(x):
         for layer in reversed(LAYERS):
