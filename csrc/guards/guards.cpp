@@ -12,6 +12,23 @@ namespace framejit {
 
 namespace {
 
+// Whether iterating `iterable` gives the items of `expected` (a tuple), in its order, each the
+// same object or an equal constant: a set's or an OrderedDict's order as the trace read it.
+bool iterates_as(PyObject* iterable, PyObject* expected) {
+  Ref items = Ref::steal(PySequence_Tuple(iterable));
+  if (!items) {
+    PyErr_Clear();
+    return false;
+  }
+  if (PyTuple_GET_SIZE(items.get()) != PyTuple_GET_SIZE(expected)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(items.get(), i);
+    PyObject* want = PyTuple_GET_ITEM(expected, i);
+    if (item != want && !same_constant(item, want)) return false;
+  }
+  return true;
+}
+
 // An object as a guard's text shows it: a tensor (a parameter keying an optimizer's state) by its
 // type, shape and address rather than its values; anything else by its repr.
 std::string object_text(PyObject* obj) {
@@ -265,18 +282,7 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
     }
     case GuardKind::kDictKeys: {
       if (PyAnySet_CheckExact(value)) {  // a set: its items in the order it iterates them now
-        if (PySet_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) return false;
-        Ref items = Ref::steal(PySequence_Tuple(value));
-        if (!items) {
-          PyErr_Clear();
-          return false;
-        }
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); ++i) {
-          PyObject* item = PyTuple_GET_ITEM(items.get(), i);
-          PyObject* want = PyTuple_GET_ITEM(expected, i);
-          if (item != want && !same_constant(item, want)) return false;
-        }
-        return true;
+        return PySet_GET_SIZE(value) == PyTuple_GET_SIZE(expected) && iterates_as(value, expected);
       }
       // (A dict subclass is guarded where its class leaves dict's iteration as it is.)
       if (!PyDict_Check(value) || PyDict_GET_SIZE(value) != PyTuple_GET_SIZE(expected)) {
@@ -288,17 +294,8 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
                        ? Ref::borrow(value)
                        : Ref::steal(PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyODict_Type),
                                                         "keys", "O", value));
-        Ref keys = view ? Ref::steal(PySequence_Tuple(view.get())) : Ref();
-        if (!keys) {
-          PyErr_Clear();
-          return false;
-        }
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(expected); ++i) {
-          PyObject* key = PyTuple_GET_ITEM(keys.get(), i);
-          PyObject* want = PyTuple_GET_ITEM(expected, i);
-          if (key != want && !same_constant(key, want)) return false;
-        }
-        return true;
+        if (!view) PyErr_Clear();
+        return view && iterates_as(view.get(), expected);
       }
       Py_ssize_t pos = 0;
       Py_ssize_t i = 0;
