@@ -198,6 +198,31 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   if (args.empty()) return nullptr;
   const ValuePtr& self = args[0];
   const size_t n = args.size() - 1;
+  if (self->kind == VKind::kDict && self->dict_of && name == "pop" && kwargs.empty() &&
+      (n == 1 || n == 2) && args[1]->is_const() && PyUnicode_CheckExact(args[1]->obj.ptr())) {
+    // obj.__dict__.pop(name[, default]) of an object the trace made (transformers' per-layer
+    // config views): the attribute goes from the object itself, as from its real __dict__.
+    const std::string attribute = args[1]->obj.cast<std::string>();
+    const ValuePtr& owner = self->dict_of;
+    long held = -1;  // (its own attributes, as they are now: not its class's)
+    for (size_t i = 0; i < owner->keys.size(); ++i) {
+      if (owner->keys[i].cast<std::string>() == attribute) held = static_cast<long>(i);
+    }
+    if (held < 0) {
+      if (n == 2) return args[2];
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "__dict__.pop() of the missing key '{}'", attribute);
+    }
+    ValuePtr out = owner->items[held];
+    new_object_delete(owner, attribute);
+    const long at = self->find_key(args[1]->obj);
+    if (at >= 0) {
+      self->keys.erase(self->keys.begin() + at);
+      self->items.erase(self->items.begin() + at);
+    }
+    return out;
+  }
+  // Any other change of a frozen copy (an object's __dict__, class data) ends the region.
+  if (self->frozen && is_mutating_method(name)) make_writable(self);
   if (name == "update" && n <= 1 &&
       (self->kind == VKind::kDict || (self->is(ObjRole::kPlain) && self->source >= 0 &&
                                       PyDict_CheckExact(self->obj.ptr())))) {

@@ -248,6 +248,12 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
     case VKind::kTuple:
     case VKind::kList:
     case VKind::kDict:
+      if (value->kind == VKind::kDict && value->dict_of) {
+        // obj.__dict__ of an object the trace made, left on the stack or in a local: that
+        // object's own dict (what runs next may change it: `out.__dict__.pop(key)`), not a copy.
+        return memoised(Rebuild::call(PyRefs::get().support.attr("instance_dict"), {rebuild_of(value->dict_of)}),
+                        value);
+      }
       r.kind = value->kind == VKind::kTuple  ? Rebuild::Kind::kTuple
                : value->kind == VKind::kList ? Rebuild::Kind::kList
                                              : Rebuild::Kind::kDict;

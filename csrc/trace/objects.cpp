@@ -128,6 +128,7 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
     // ends the region (make_writable).
     ValuePtr copy = Value::dict(self->keys, self->items);
     copy->frozen = true;
+    copy->dict_of = self;  // (where it leaves the region: the rebuilt object's own __dict__)
     return copy;
   }
   py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);

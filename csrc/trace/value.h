@@ -155,6 +155,9 @@ struct Value {
                                  // this class), which has a source: the trace reads the
                                  // function's closure through it (Tracer::function_source)
   std::string class_attr;        // ... under this name
+  ValuePtr dict_of;              // kDict, a frozen copy of an object's __dict__ (obj.__dict__ of
+                                 // an object the trace made): that object, whose real __dict__
+                                 // the exit gives in the copy's place
   ValuePtr mapping;              // kObject kNewObject of a dict subclass (ModelOutput): its
                                  // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value

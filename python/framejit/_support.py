@@ -1150,3 +1150,9 @@ class FunctionArguments:
 
     def __repr__(self):
         return f"<{self.__name__} with the trace's functions at {self.positions}>"
+
+
+def instance_dict(obj):
+    """obj.__dict__ as object's own lookup finds it (past a class's __getattribute__): the dict a
+    region's exit gives for a copy of it the trace read (ExitBuilder)."""
+    return object.__getattribute__(obj, "__dict__")

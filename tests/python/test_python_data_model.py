@@ -468,3 +468,48 @@ def test_iterating_a_set_passed_in_is_one_graph_and_guards_its_order():
     model.kinds = {"local"}  # another set: its items (and their order) are guarded
     assert same(framejit.compile(model, backend=counter)(torch.ones(2, 4)), model(torch.ones(2, 4)))
     assert counter.frame_count == 2
+
+
+class PerLayer:
+    """transformers' heterogeneous config: a per-layer attribute read globally raises."""
+
+    def __init__(self):
+        self.spec = {"w"}
+        self.w = 3
+
+    def __getattribute__(self, key):
+        spec = super().__getattribute__("__dict__").get("spec")
+        if spec is not None and key in spec:
+            raise AttributeError(f"ambiguous {key}")
+        return super().__getattribute__(key)
+
+
+def layer_view(config):
+    out = copy.copy(config)
+    out.__dict__.pop("spec", None)  # the copy's own dict (a region ends here: made real first)
+    return out
+
+
+def reads_a_layer_view(x, config):
+    return x * layer_view(config).w
+
+
+def test_a_dict_of_an_object_made_in_the_trace_left_to_python_is_that_objects_own():
+    config = PerLayer()
+    counter = CompileCounter()
+    compiled = framejit.compile(reads_a_layer_view, backend=counter)
+    for _ in range(2):
+        assert same(compiled(torch.ones(2), config), torch.full((2,), 3.0))
+    assert "spec" in config.__dict__
+
+
+def updates_a_dict_of_an_object_made_here(x):
+    p = PerLayer()
+    p.__dict__.update(w=5, spec=set())  # left to Python: its own dict, not a copy
+    return x * p.w
+
+
+def test_other_changes_of_the_dict_of_an_object_made_in_the_trace_reach_the_object():
+    counter, _ = compile_and_compare(updates_a_dict_of_an_object_made_here, torch.ones(2))
+    assert same(framejit.compile(updates_a_dict_of_an_object_made_here, backend=counter)(torch.ones(2)),
+                torch.full((2,), 5.0))
