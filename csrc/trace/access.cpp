@@ -428,10 +428,7 @@ bool Tracer::dict_by_source(const ValuePtr& dict,
   check_items_unchanged(dict);
   py::tuple keys(py::list(dict->obj));  // in insertion order
   for (py::handle key : keys) {
-    PyObject* k = key.ptr();  // keys a guard can compare: str, int, bool, None
-    if (!PyUnicode_CheckExact(k) && !PyLong_CheckExact(k) && !PyBool_Check(k) && k != Py_None) {
-      return false;
-    }
+    if (!guard_comparable(key.ptr())) return false;
   }
   entry_.guard_dict_keys(dict->source, keys.ptr());
   for (py::handle key : keys) {

@@ -26,18 +26,11 @@ bool is_size_query(const std::string& name) {
 }
 
 bool any_tensor(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
-  std::function<bool(const ValuePtr&)> has = [&](const ValuePtr& v) {
-    if (v->kind == VKind::kTensor) return true;
-    for (const auto& item : v->items) {
-      if (has(item)) return true;
-    }
-    return false;
-  };
   for (const auto& a : args) {
-    if (has(a)) return true;
+    if (a->holds_tensor()) return true;
   }
   for (const auto& kw : kwargs) {
-    if (has(kw.second)) return true;
+    if (kw.second->holds_tensor()) return true;
   }
   return false;
 }
@@ -190,7 +183,7 @@ py::object type_of(const ValuePtr& value) {
   };
   switch (value->kind) {
     case VKind::kTensor:
-      if (value->ndarray) return py::module_::import("numpy").attr("ndarray");
+      if (value->ndarray) return ndarray_type();
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kObject:
       if (value->is(ObjRole::kNewObject) || value->is(ObjRole::kPartial)) return value->obj;
@@ -774,13 +767,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     if (arrays || may_make_arrays) {
       const bool numpy_callable =
           py::str(py::getattr(callable, "__module__", py::str(""))).cast<std::string>().rfind("numpy", 0) == 0;
-      const std::string name = callable_name(callable);
-      if (arrays && kind == CallableKind::kBuiltin && !numpy_callable && name != "len" &&
-          name != "isinstance" && name != "type" && name != "callable") {
-        FJ_UNSUPPORTED(kUnsupportedCall, "{}() of a NumPy array", name);
+      if (arrays && kind == CallableKind::kBuiltin && !numpy_callable) {
+        const std::string name = callable_name(callable);
+        if (name != "len" && name != "isinstance" && name != "type" && name != "callable") {
+          FJ_UNSUPPORTED(kUnsupportedCall, "{}() of a NumPy array", name);
+        }
       }
       if (numpy_callable || (arrays && kind == CallableKind::kTorchOp)) {
-        if (ValuePtr out = numpy_function_call(callable, args, kwargs)) return out;
+        if (ValuePtr out = numpy_function_call(callable, args, kwargs, arrays)) return out;
       }
     }
   }

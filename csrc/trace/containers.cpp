@@ -8,13 +8,6 @@
 namespace framejit {
 namespace {
 
-bool all_constant_items(const ValuePtr& v) {
-  for (const ValuePtr& item : v->items) {
-    if (!item->is_constant_tree()) return false;
-  }
-  return true;
-}
-
 // Python's index for a constant int argument, against a container of n items (insert/pop).
 Py_ssize_t normalised_index(const ValuePtr& arg, Py_ssize_t n, bool clamp) {
   if (!arg->is_const() || !PyLong_CheckExact(arg->obj.ptr())) {
@@ -41,6 +34,24 @@ int same_item(const ValuePtr& item, const ValuePtr& needle) {
     return equal;
   }
   return -1;
+}
+
+// Where `needle` is among a list's or tuple's items as list.index / remove find it (same_item,
+// first to last), -1 if nowhere; with `count` set, how many items equal it. An item the trace
+// cannot compare with it ends the region (`what` names the call).
+int64_t find_item(const Value& seq, const ValuePtr& needle, const std::string& what,
+                  int64_t* count = nullptr) {
+  int64_t found = -1;
+  for (size_t i = 0; i < seq.items.size() && (count != nullptr || found < 0); ++i) {
+    const int same = same_item(seq.items[i], needle);
+    if (same < 0) {
+      FJ_UNSUPPORTED(kDataDependent, "{} compares {} with {}", what, seq.items[i]->describe(),
+                     needle->describe());
+    }
+    if (same == 1 && found < 0) found = static_cast<int64_t>(i);
+    if (count != nullptr) *count += same;
+  }
+  return found;
 }
 
 bool is_mutating_method(const std::string& name) {
@@ -252,25 +263,17 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     }
     return view;
   }
-  if (self->is_sequence() && (name == "index" || name == "count") && n == 1 &&
-      args[1]->is_constant_tree() && all_constant_items(self)) {
-    return Value::constant(self->as_python().attr(name.c_str())(args[1]->as_python()));
-  }
   if (self->is_sequence() && (name == "index" || name == "count") && n == 1) {
-    // Items that are traced values (tensors): found by identity, as Python finds them first.
-    int64_t found = -1;
-    int64_t count = 0;
-    for (size_t i = 0; i < self->items.size() && (name == "count" || found < 0); ++i) {
-      const int same = same_item(self->items[i], args[1]);
-      if (same < 0) {
-        FJ_UNSUPPORTED(kDataDependent, "{}.{}() compares {} with {}", self->describe(), name,
-                       self->items[i]->describe(), args[1]->describe());
-      }
-      if (same == 1 && found < 0) found = static_cast<int64_t>(i);
-      count += same;
+    // (constants compared as Python compares them, traced values such as tensors by identity,
+    // as Python finds them first)
+    const std::string what = self->describe() + "." + name + "()";
+    if (name == "count") {
+      int64_t count = 0;
+      find_item(*self, args[1], what, &count);
+      return Value::constant(py::int_(count));
     }
-    if (name == "count") return Value::constant(py::int_(count));
-    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "{}.index() of a value it does not hold", self->describe());
+    const int64_t found = find_item(*self, args[1], what);
+    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "{} of a value it does not hold", what);
     return Value::constant(py::int_(found));
   }
   // Containers built by the trace: their final state is what the exit rebuilds. Those read by
@@ -299,18 +302,10 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       return out;
     }
     if (name == "remove" && n == 1) {
-      for (size_t i = 0; i < items.size(); ++i) {
-        const int same = same_item(items[i], args[1]);
-        if (same < 0) {
-          FJ_UNSUPPORTED(kDataDependent, "list.remove() compares {} with {}", items[i]->describe(),
-                         args[1]->describe());
-        }
-        if (same == 1) {
-          items.erase(items.begin() + static_cast<long>(i));
-          return Value::constant(py::none());
-        }
-      }
-      FJ_PROGRAM_RAISED(kUnsupportedValue, "list.remove() of a value the list does not hold");
+      const int64_t found = find_item(*self, args[1], "list.remove()");
+      if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "list.remove() of a value the list does not hold");
+      items.erase(items.begin() + found);
+      return Value::constant(py::none());
     }
     if (name == "insert" && n == 2) {
       items.insert(items.begin() + normalised_index(args[1], size, true), args[2]);

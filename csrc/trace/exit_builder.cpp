@@ -98,9 +98,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
     // input's, read again from its source, or an output's).
     static PyObject* const kToNdarray =  // (never released: interpreter teardown order)
         py::object(py::module_::import("framejit._numpy").attr("to_ndarray")).release().ptr();
-    ValuePtr tensor = std::make_shared<Value>(*value);
-    tensor->ndarray = false;
-    return memoised(Rebuild::call(py::reinterpret_borrow<py::object>(kToNdarray), {rebuild_of(tensor)}), value);
+    return memoised(Rebuild::call(py::reinterpret_borrow<py::object>(kToNdarray),
+                                  {rebuild_of(Value::plain_tensor(value))}),
+                    value);
   }
   // An entry-state value passed on unchanged keeps its identity: read it again from its source.
   const bool from_source =
@@ -230,13 +230,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
     }
     case VKind::kSymNum: {
       if (value->size_of) {  // the size of a tensor the exit has: read again from it
-        ValuePtr tensor = value->size_of;
-        if (tensor->ndarray) {  // (a NumPy array's: read off the tensor it is in the graph)
-          tensor = std::make_shared<Value>(*tensor);
-          tensor->ndarray = false;
-        }
+        // (a NumPy array's: read off the tensor it is in the graph)
         return Rebuild::call(PyRefs::get().tensor_type.attr("size"),
-                             {rebuild_of(tensor),
+                             {rebuild_of(Value::plain_tensor(value->size_of)),
                               Rebuild::constant(py::int_(value->size_dim))});
       }
       std::vector<Rebuild> args;

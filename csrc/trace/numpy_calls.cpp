@@ -18,12 +18,12 @@ py::object numpy_module() {
   return py::reinterpret_borrow<py::object>(kModule);
 }
 
-// The same graph value as an array (or, from an array, as a tensor): NumPy's and torch's
-// conversions share the memory.
-ValuePtr as_array(const ValuePtr& tensor, bool ndarray) {
+// The same graph value as an array (x.numpy() shares x's memory). An input's source stays: the
+// exit reads the tensor from it.
+ValuePtr as_array(const ValuePtr& tensor) {
   ValuePtr out = std::make_shared<Value>(*tensor);
-  out->ndarray = ndarray;
-  out->pytype = py::object();  // (an input's source stays: the exit reads the tensor from it)
+  out->ndarray = true;
+  out->pytype = py::object();
   return out;
 }
 
@@ -56,6 +56,8 @@ void no_plain_tensors(const std::vector<ValuePtr>& args, const KwValues& kwargs,
 
 }  // namespace
 
+py::object ndarray_type() { return numpy_module().attr("np").attr("ndarray"); }
+
 bool Tracer::holds_ndarray(const ValuePtr& value) {
   if (value->kind == VKind::kTensor) return value->ndarray;
   for (const ValuePtr& item : value->items) {
@@ -85,14 +87,12 @@ ValuePtr Tracer::tensor_to_numpy(const ValuePtr& tensor, const std::vector<Value
   }
   if (force && grad) source = record_call(NodeKind::kCallMethod, py::none(), "detach", {source}, {}, "", "detach");
   if (force && !cpu) source = record_call(NodeKind::kCallMethod, py::none(), "cpu", {source}, {}, "", "cpu");
-  return as_array(source, true);
+  return as_array(source);
 }
 
-ValuePtr Tracer::numpy_function_call(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+ValuePtr Tracer::numpy_function_call(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs,
+                                     bool has_array) {
   PyRefs& refs = PyRefs::get();
-  bool has_array = false;
-  for (const ValuePtr& arg : args) has_array = has_array || holds_ndarray(arg);
-  for (const auto& kw : kwargs) has_array = has_array || holds_ndarray(kw.second);
   py::object torch = refs.torch;
   if (has_array && (fn.is(torch.attr("from_numpy")) || fn.is(torch.attr("as_tensor")) ||
                     fn.is(torch.attr("asarray")) || fn.is(torch.attr("tensor")))) {
@@ -101,7 +101,7 @@ ValuePtr Tracer::numpy_function_call(py::handle fn, const std::vector<ValuePtr>&
     if (args.empty() || args[0]->kind != VKind::kTensor || !args[0]->ndarray) {
       FJ_UNSUPPORTED(kUnsupportedCall, "a torch conversion of a structure holding NumPy arrays");
     }
-    ValuePtr tensor = as_array(args[0], false);
+    ValuePtr tensor = Value::plain_tensor(args[0]);
     if (fn.is(torch.attr("tensor"))) {
       tensor = record_call(NodeKind::kCallMethod, py::none(), "clone", {tensor}, {}, "", "clone");
     }
@@ -169,7 +169,7 @@ ValuePtr Tracer::ndarray_attr(const ValuePtr& array, const std::string& name) {
     py::object target = numpy_module().attr("numpy_attribute")(name);
     return mark_arrays(record_call(NodeKind::kCallFunction, target, "", {array}, {}, "", name));
   }
-  if (name == "__class__") return Value::object(numpy_module().attr("np").attr("ndarray"));
+  if (name == "__class__") return Value::object(ndarray_type());
   FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a NumPy array is not traced", name);
 }
 

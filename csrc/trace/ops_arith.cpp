@@ -209,14 +209,6 @@ bool sized_tuples(const std::vector<ValuePtr>& args) {
 
 ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args);
 
-bool holds_tensor(const ValuePtr& v) {
-  if (v->is_tensor()) return true;
-  for (const ValuePtr& item : v->items) {
-    if (holds_tensor(item)) return true;
-  }
-  return false;
-}
-
 int comparison_code(const OperatorInfo& op) {
   for (int code = 0; code < 6; ++code) {
     if (std::strcmp(op.fn, kCompareOps[code].fn) == 0) return code;
@@ -246,7 +238,7 @@ ValuePtr compare_sequences(Tracer& t, const OperatorInfo& op, const std::vector<
   size_t i = 0;
   for (; i < common; ++i) {
     if (left[i] == right[i]) continue;  // the same object: equal (identity first, as Python)
-    if (holds_tensor(left[i]) || holds_tensor(right[i])) {
+    if (left[i]->holds_tensor() || right[i]->holds_tensor()) {
       FJ_UNSUPPORTED(kDataDependent, "comparing {} with {} inside sequences needs their data",
                      left[i]->describe(), right[i]->describe());
     }

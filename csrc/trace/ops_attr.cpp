@@ -23,7 +23,7 @@ py::object method_owner(Tracer& t, const ValuePtr& self, const std::string& name
   if (!bound_to_self) return py::object();
   switch (self->kind) {
     case VKind::kTensor:
-      if (self->ndarray) return py::module_::import("numpy").attr("ndarray");
+      if (self->ndarray) return ndarray_type();
       return self->pytype ? self->pytype : PyRefs::get().tensor_type;
     case VKind::kList:
       return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
@@ -202,10 +202,6 @@ void op_store_slice(Tracer& t, const Instr&) {  // 3.12: container[start:stop] =
   ValuePtr stop = t.sizes().concretize(stop_in);
   ValuePtr start = t.sizes().concretize(start_in);
   if (!start->is_const() || !stop->is_const()) {
-    t.push(value);
-    t.push(container);
-    t.push(start_in);
-    t.push(stop_in);
     FJ_UNSUPPORTED(kUnsupportedValue, "a slice store with bounds {} and {}", start->describe(), stop->describe());
   }
   py::object bounds = py::reinterpret_steal<py::object>(PySlice_New(start->obj.ptr(), stop->obj.ptr(), nullptr));

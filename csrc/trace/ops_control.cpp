@@ -190,10 +190,7 @@ bool Tracer::set_items_by_source(const ValuePtr& set, std::vector<ValuePtr>& out
   py::tuple items = py::reinterpret_steal<py::tuple>(PySequence_Tuple(set->obj.ptr()));
   if (!items) throw py::error_already_set();
   for (py::handle item : items) {
-    PyObject* obj = item.ptr();  // items a guard compares by value
-    if (!PyUnicode_CheckExact(obj) && !PyLong_CheckExact(obj) && !PyBool_Check(obj) && obj != Py_None) {
-      return false;
-    }
+    if (!guard_comparable(item.ptr())) return false;
   }
   entry_.guard_dict_keys(set->source, items.ptr());
   for (py::handle item : items) out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));

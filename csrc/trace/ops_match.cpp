@@ -87,14 +87,8 @@ void op_match_class(Tracer& t, const Instr& i) {
   const ValuePtr names = t.pop();
   const ValuePtr cls = t.pop();
   const ValuePtr subject = t.pop();
-  auto restore = [&]() {
-    t.push(subject);
-    t.push(cls);
-    t.push(names);
-  };
   if ((cls->kind != VKind::kObject && cls->kind != VKind::kConst) || cls->is_special_object() ||
       !PyType_Check(cls->obj.ptr()) || !names->is_constant_tree()) {
-    restore();
     FJ_UNSUPPORTED(kUnsupportedValue, "a class pattern of {}", cls->describe());
   }
   const int instance = PyObject_IsSubclass(type_of(subject).ptr(), cls->obj.ptr());
@@ -111,7 +105,6 @@ void op_match_class(Tracer& t, const Instr& i) {
     } else {
       py::object match_args = py::getattr(cls->obj, "__match_args__", py::none());
       if (!PyTuple_CheckExact(match_args.ptr()) || py::len(match_args) < static_cast<size_t>(count)) {
-        restore();
         FJ_PROGRAM_RAISED(kUnsupportedValue, "{} accepts fewer positional sub-patterns ({} given)",
                           safe_repr(cls->obj), count);
       }
@@ -125,20 +118,12 @@ void op_match_class(Tracer& t, const Instr& i) {
       found.push_back(subject);
       continue;
     }
-    bool present = false;
-    try {
-      present = t.attribute_present(subject, name);
-    } catch (const Unsupported&) {
-      restore();
-      throw;
-    }
-    if (!present) {  // an attribute the subject lacks: no match (as AttributeError is)
+    if (!t.attribute_present(subject, name)) {  // an attribute the subject lacks: no match (as AttributeError is)
       t.push(Value::constant(py::none()));
       return;
     }
     ValuePtr value = t.attr(subject, name);
     if (value->is(ObjRole::kProperty) || value->is(ObjRole::kAttrHook)) {
-      restore();
       FJ_UNSUPPORTED(kUnsupportedValue, "a class pattern reading .{}, computed by its class", name);
     }
     found.push_back(std::move(value));

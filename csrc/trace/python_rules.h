@@ -23,6 +23,15 @@ ValuePtr wrap_unsourced(py::object value);
 // same way.
 ValuePtr class_data(py::object value);
 
+// Whether a guard can compare this key (of a dict read by source) or item (of a set read by
+// source) by value: str, int, bool or None.
+inline bool guard_comparable(PyObject* obj) {
+  return PyUnicode_CheckExact(obj) || PyLong_CheckExact(obj) || PyBool_Check(obj) || obj == Py_None;
+}
+
+// numpy.ndarray: the type of a NumPy array of the trace (numpy_calls.cpp; NumPy imported then).
+py::object ndarray_type();
+
 // The Python type a traced value has at run time (tensors: their exact type).
 py::object type_of(const ValuePtr& value);
 

@@ -2,6 +2,7 @@
 // output metadata, the real device inferred beside it, and one graph node per call.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <functional>
 #include <unordered_map>
@@ -160,14 +161,6 @@ Arg arg_of(const ValuePtr& value) {
   FJ_UNSUPPORTED(kUnsupportedValue, "{} passed to a torch call", value->describe());
 }
 
-bool has_tensor(const ValuePtr& value) {
-  if (value->kind == VKind::kTensor) return true;
-  for (const auto& item : value->items) {
-    if (has_tensor(item)) return true;
-  }
-  return false;
-}
-
 // torch.device(...) of a device-like constant (str, int, torch.device), or an empty object.
 py::object as_device(const ValuePtr& value) {
   PyRefs& refs = PyRefs::get();
@@ -242,7 +235,10 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     custom_op = py::getattr(fn_in, "_opoverload", py::none());
   }
   py::object fn_bound;  // fn with the functions the trace made bound in (see below)
-  if (!is_method) {
+  const bool made_functions = !is_method && std::any_of(args.begin(), args.end(), [](const ValuePtr& a) {
+    return a->is(ObjRole::kMadeFunction);
+  });
+  if (made_functions) {
     // A function the trace made among the positional arguments (associative_scan's combine_fn,
     // defined in the frame): bound into the node's target (_support.FunctionArguments), since a
     // graph's arguments are values FX can print. Only one whose defaults and cells are
@@ -260,10 +256,8 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
       positions.append(py::int_(i));
       functions.append(made);
     }
-    if (py::len(positions) > 0) {
-      fn_bound = refs.support.attr("FunctionArguments")(fn_in, py::tuple(positions), py::tuple(functions));
-      args = std::move(rest);
-    }
+    fn_bound = refs.support.attr("FunctionArguments")(fn_in, py::tuple(positions), py::tuple(functions));
+    args = std::move(rest);
   }
   py::handle fn = custom_op && !custom_op.is_none() ? py::handle(custom_op) : fn_bound ? py::handle(fn_bound) : fn_in;
   const std::string hint = custom_op && !custom_op.is_none()
@@ -327,8 +321,8 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     meta_kwargs[py::str(key)] = meta_value(value);
   }
   bool any_tensor = false;
-  for (const auto& arg : args) any_tensor = any_tensor || has_tensor(arg);
-  for (const auto& kw : kwargs) any_tensor = any_tensor || has_tensor(kw.second);
+  for (const auto& arg : args) any_tensor = any_tensor || arg->holds_tensor();
+  for (const auto& kw : kwargs) any_tensor = any_tensor || kw.second->holds_tensor();
   if (is_method && (method == "cuda" || method == "cpu")) {
     explicit_device = method == "cpu" ? refs.cpu_device
                                       : refs.device_type("cuda", args.size() > 1 && args[1]->is_const()
@@ -466,12 +460,9 @@ ValuePtr Tracer::tensor_rows(const ValuePtr& tensor) {
   if (py::len(tensor->obj.attr("shape")) == 0) {
     FJ_UNSUPPORTED(kUnsupportedValue, "iterating over a 0-d tensor");  // eager raises TypeError
   }
-  ValuePtr plain = tensor;
-  if (tensor->ndarray) {  // an array's rows are arrays (its items: 0-d arrays, as under torch.compile)
-    plain = std::make_shared<Value>(*tensor);
-    plain->ndarray = false;
-  }
-  ValuePtr rows = record_call(NodeKind::kCallMethod, py::none(), "unbind", {plain}, {}, "", "unbind");
+  // (an array's rows are arrays: its items 0-d arrays, as under torch.compile)
+  ValuePtr rows = record_call(NodeKind::kCallMethod, py::none(), "unbind", {Value::plain_tensor(tensor)},
+                              {}, "", "unbind");
   FJ_CHECK(rows->kind == VKind::kTuple, "unbind gave {}", rows->describe());
   for (const ValuePtr& row : rows->items) row->ndarray = tensor->ndarray;
   return rows;

@@ -270,8 +270,10 @@ class Tracer {
   // x.numpy(force=...): the same graph value as a NumPy array.
   ValuePtr tensor_to_numpy(const ValuePtr& tensor, const std::vector<ValuePtr>& args, const KwValues& kwargs);
   // A call of a NumPy function (or of torch.from_numpy / as_tensor / tensor on an array) when an
-  // argument is an array of the trace or it makes an array from constants; nullptr when not.
-  ValuePtr numpy_function_call(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // argument is an array of the trace (has_array) or it makes an array from constants; nullptr
+  // when not.
+  ValuePtr numpy_function_call(py::handle fn, const std::vector<ValuePtr>& args, const KwValues& kwargs,
+                               bool has_array);
   ValuePtr ndarray_method(const std::string& name, const std::vector<ValuePtr>& args, const KwValues& kwargs);
   ValuePtr ndarray_operator(const char* op, const std::vector<ValuePtr>& args);
   ValuePtr ndarray_attr(const ValuePtr& array, const std::string& name);

@@ -51,6 +51,13 @@ ValuePtr Value::tensor(Node* node, py::object meta, py::object device, int sourc
   return v;
 }
 
+ValuePtr Value::plain_tensor(const ValuePtr& value) {
+  if (!value->ndarray) return value;
+  ValuePtr out = std::make_shared<Value>(*value);
+  out->ndarray = false;
+  return out;
+}
+
 ValuePtr Value::tuple(std::vector<ValuePtr> items, py::object pytype) {
   auto v = std::make_shared<Value>();
   v->kind = VKind::kTuple;
@@ -123,6 +130,14 @@ bool Value::is_size_expr() const {
     if (item->kind == VKind::kSymNum && !item->is_size_expr()) return false;
   }
   return true;  // sizes, or arithmetic whose sizes were since pinned to constants
+}
+
+bool Value::holds_tensor() const {
+  if (kind == VKind::kTensor) return true;
+  for (const auto& item : items) {
+    if (item->holds_tensor()) return true;
+  }
+  return false;
 }
 
 bool Value::holds_size_expr() const {

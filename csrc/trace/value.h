@@ -167,6 +167,9 @@ struct Value {
   static ValuePtr constant(py::object value, int source = -1);
   static ValuePtr object(py::object value, int source = -1);
   static ValuePtr tensor(Node* node, py::object meta, py::object device, int source = -1);
+  // The same graph value as a torch tensor: a NumPy array of the trace (`ndarray`) copied
+  // without the mark; any other value itself.
+  static ValuePtr plain_tensor(const ValuePtr& value);
   static ValuePtr tuple(std::vector<ValuePtr> items, py::object pytype = py::object());
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
@@ -198,6 +201,8 @@ struct Value {
   bool is_size_expr() const;
   // Whether a size expression occurs anywhere in this value (containers searched).
   bool holds_size_expr() const;
+  // Whether a tensor is this value or among its items (containers, iterators), recursively.
+  bool holds_tensor() const;
   // Whether this value (recursively) is fully known at trace time.
   bool is_constant_tree() const;
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
