@@ -158,6 +158,15 @@ Source SourceTable::item(int base, py::object key) const {
   return s;
 }
 
+Source SourceTable::context_value(int base) const {
+  Source s;
+  s.kind = SourceKind::kContextValue;
+  s.base = base;
+  s.text = sources_[base].text + ".get()";
+  s.name_hint = sources_[base].name_hint + "_value";
+  return s;
+}
+
 Source SourceTable::item_by_object(int base, py::object key, int key_slot) const {
   Source s;
   s.kind = SourceKind::kItem;
@@ -202,6 +211,16 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       }
       if (value == nullptr) PyErr_Clear();
       Py_XINCREF(value);
+      return value;
+    }
+    case SourceKind::kContextValue: {
+      PyObject* var = slots[s.base];
+      if (var == nullptr || !PyContextVar_CheckExact(var)) return nullptr;
+      PyObject* value = nullptr;
+      if (PyContextVar_Get(var, nullptr, &value) < 0) {  // New, or NULL where it has no value
+        PyErr_Clear();
+        return nullptr;
+      }
       return value;
     }
     case SourceKind::kAttr: {

@@ -19,6 +19,8 @@ enum class SourceKind : uint8_t {
   kGlobalOf,  // name `key` in the dict `owner` (an inlined function's globals), else builtins
   kClosure,   // cell `index` of the frame's function's closure
   kGlobalsDict,  // the frame's globals dict itself (identity-guarded where a region writes it)
+  kContextValue,  // the value of the contextvars.ContextVar in slot `base` in the running context
+                  // (its default where unset; unreadable where it has neither)
 };
 
 struct Source {
@@ -96,6 +98,8 @@ class SourceTable {
   // __getattribute__, looked up as that method's super() call does.
   Source generic_attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
+  // The value the ContextVar read from `base` has now (var.get()).
+  Source context_value(int base) const;
   // slot `base`[the object read from slot `key_slot`]: a dict keyed by objects that hash by
   // identity (an optimizer's state, keyed by parameters), named after the key's source.
   Source item_by_object(int base, py::object key, int key_slot) const;

@@ -56,6 +56,7 @@ struct RegionExit {
     bool generic = false;  // object.__setattr__'s store, past the class's own __setattr__
     bool item = false;     // target[key] = value (name unused)
     Rebuild key;
+    bool call = false;     // target.name(value), called for its effect (a ContextVar's set)
   };
   std::vector<AttrWrite> attr_writes;
   // Python arithmetic of the region on numbers known only at run time (math.log(x.item()),

@@ -653,6 +653,10 @@ bool apply_attr_writes(const RegionExit& exit, const ExitValues& values) {
       if (PyObject_SetItem(target.get(), values.keys[i].get(), value.get()) < 0) return false;
       continue;
     }
+    if (exit.attr_writes[i].call) {
+      if (!Ref::steal(PyObject_CallMethodOneArg(target.get(), name, value.get()))) return false;
+      continue;
+    }
     const int failed = exit.attr_writes[i].generic
                            ? PyObject_GenericSetAttr(target.get(), name, value.get())
                            : PyObject_SetAttr(target.get(), name, value.get());

@@ -209,9 +209,13 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (base->is(ObjRole::kDictView)) {
         FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a dict view", name);
       }
+      if (base->is(ObjRole::kContextToken)) {
+        FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of a ContextVar token", name);
+      }
       if (const ValuePtr* stored = effects_.pending(base, name)) return *stored;
       PyObject* obj = base->obj.ptr();
       if (ValuePtr fixed = enum_member_attr(base, name)) return fixed;
+      if (ValuePtr method = context_var_method(base, name)) return method;
       if (is_stable_namespace(obj)) {
         py::object value;
         try {

@@ -187,6 +187,7 @@ py::object type_of(const ValuePtr& value) {
       return value->pytype ? value->pytype : PyRefs::get().tensor_type;
     case VKind::kObject:
       if (value->is(ObjRole::kNewObject) || value->is(ObjRole::kPartial)) return value->obj;
+      if (value->is(ObjRole::kContextToken)) return borrow(&PyContextToken_Type);
       return borrow(Py_TYPE(value->obj.ptr()));
     case VKind::kConst:
     case VKind::kSymNum:
@@ -722,6 +723,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (ValuePtr found = environ_lookup(self, args[self_at], fallback, false)) return found;
     }
   }
+  if (ValuePtr answered = stdlib_call(fn, args, kwargs)) return answered;
   if (fn->bound_self) {  // a method of a user object or module: self goes first
     args.insert(args.begin(), fn->bound_self);
   }
@@ -796,7 +798,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kAttributeBuiltin) return attribute_builtin(callable, args, kwargs);
   if (kind == CallableKind::kNextBuiltin && kwargs.empty() && (args.size() == 1 || args.size() == 2) &&
       args[0]->kind == VKind::kIter) {
-    if (args[0]->iter_form == IterForm::kGenerator && !args[0]->exhausted) {
+    if (args[0]->generator_waits()) {
       // One item of a generator: its frame runs to its next yield, as for a loop's step.
       resume_generator(*args[0], TraceFrame::GenMode::kNext, -1, args[0]);
       frame().next_default = args.size() == 2 ? args[1] : nullptr;

@@ -134,6 +134,8 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       return Rebuild::constant(value->obj);
     }
     case VKind::kObject:
+      // (kept out of the exit's state by Tracer::check_context_tokens)
+      FJ_CHECK(!value->is(ObjRole::kContextToken), "a ContextVar token of the trace outlives its region");
       if (value->role == ObjRole::kNewObject) {  // an object made in the trace, escaping
         py::tuple names(value->keys.size());
         for (size_t i = 0; i < value->keys.size(); ++i) names[i] = value->keys[i];

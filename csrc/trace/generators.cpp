@@ -3,11 +3,13 @@
 // A generator function called in an inlined frame gives a kIter kGenerator value that owns the
 // function's frame, not started. A FOR_ITER over it pushes that frame above the loop's
 // (kStep): its yield pops it again and hands the value to the loop, its return ends the loop,
-// so the two frames interleave exactly as in Python. Any other consumer (list(), zip, a
-// builtin that iterates) asks Value::next for an item, which throws GeneratorNeeded; the tracer
-// then runs the frame to its end (kDrain) and executes the consumer's instruction again over
-// the items it yielded. That runs the generator ahead of Python for consumers that stop early
-// (zip with a shorter argument, any/all), as generator expressions already are.
+// so the two frames interleave exactly as in Python. Any other consumer asks Value::next for
+// an item (zip, enumerate, a builtin stepping it) or Value::rest for all of them (list(),
+// sorted()), which throws GeneratorNeeded; the tracer then runs the frame to its next yield
+// (kBuffer: the item kept on the iterator) or to its end (kDrain) and executes the consumer's
+// instruction again. A consumer that stops early (zip with a shorter argument) so runs the
+// generator no further than Python does, and one that never ends (itertools.count's form)
+// can be stepped.
 //
 // An exception raised in an inlined frame (RAISE_VARARGS, RERAISE) unwinds through the frames'
 // exception tables as CPython does, into the root frame's too. Where none catches it, or where
@@ -77,9 +79,15 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
     return;
   }
   gen.pc = i.next;
+  Value* owner = gen.owner;
   gen.owner = nullptr;
   ValuePtr kept = std::move(gen.owner_kept);  // alive until the value is handed over
+  const bool buffered = gen.gen_mode == TraceFrame::GenMode::kBuffer;
   frames_.pop_back();  // suspended: its iterator still holds it
+  if (buffered) {  // kept for the consumer, whose instruction runs again
+    owner->items.push_back(std::move(value));
+    return;
+  }
   push(std::move(value));
 }
 
@@ -92,12 +100,16 @@ void Tracer::end_generator(bool returned, ValuePtr result) {
   gen->owner = nullptr;
   it.gen_frame.reset();
   it.iter_form = IterForm::kItems;
-  it.index = 0;
-  if (gen->gen_mode == TraceFrame::GenMode::kDrain) {
-    it.items = std::move(gen->yields);  // the consumer's instruction runs again over these
+  if (gen->gen_mode == TraceFrame::GenMode::kDrain || gen->gen_mode == TraceFrame::GenMode::kBuffer) {
+    // The consumer's instruction runs again over what it has not taken yet: the items yielded
+    // ahead, then those drained.
+    it.items.erase(it.items.begin(), it.items.begin() + static_cast<long>(std::min(it.index, it.items.size())));
+    for (ValuePtr& item : gen->yields) it.items.push_back(std::move(item));
+    it.index = 0;
     it.exhausted = false;
     return;
   }
+  it.index = 0;
   it.items.clear();
   it.exhausted = true;
   if (returned && gen->gen_mode == TraceFrame::GenMode::kSend) {  // `yield from` ends

@@ -67,7 +67,7 @@ void op_for_iter(Tracer& t, const Instr& i) {
   if (it->kind != VKind::kIter) {
     FJ_UNSUPPORTED(kUnsupportedValue, "next() of {} is not traced yet", it->describe());
   }
-  if (it->iter_form == IterForm::kGenerator && !it->exhausted) {  // its frame runs to a yield
+  if (it->generator_waits()) {  // its frame runs to a yield
     t.resume_generator(*it, TraceFrame::GenMode::kStep, pyver::for_iter_exhausted_pc(i.target));
     return;
   }
@@ -96,7 +96,7 @@ void op_send(Tracer& t, const Instr& i) {
   if (receiver->kind != VKind::kIter) {
     FJ_UNSUPPORTED(kUnsupportedValue, "yield from {} is not traced yet", receiver->describe());
   }
-  if (receiver->iter_form == IterForm::kGenerator && !receiver->exhausted) {
+  if (receiver->generator_waits()) {
     t.resume_generator(*receiver, TraceFrame::GenMode::kSend, i.target);
     return;
   }

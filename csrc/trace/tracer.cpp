@@ -150,12 +150,13 @@ void Tracer::run() {
         if (frames_.size() > depth) drop_frames_to(depth);
         raise_exception(raised.exc);  // unsupported where nothing in the trace catches it
       } catch (const GeneratorNeeded& needed) {
-        // A consumer needs items of a generator not yet run: run it to its end, then this
-        // instruction again.
+        // A consumer needs an item of a generator not yet run (all of them: to its end): run
+        // it that far, then this instruction again.
         fr->stack = saved_stack;
         fr->kw_names = saved_kw_names;
         if (frames_.size() > depth) drop_frames_to(depth);
-        resume_generator(*needed.generator, TraceFrame::GenMode::kDrain, -1);
+        resume_generator(*needed.generator,
+                         needed.all ? TraceFrame::GenMode::kDrain : TraceFrame::GenMode::kBuffer, -1);
         next_pc_ = fr->pc;
       }
     } catch (Unsupported& e) {
@@ -261,11 +262,20 @@ void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values) {
 
 void Tracer::build_exit_state(ExitKind kind) {
   check_root_state_at_exit({});
+  {
+    const TraceFrame& root = *frames_[0];
+    std::vector<ValuePtr> kept(root.stack.begin(), root.stack.end());
+    for (size_t i = 0; i < root.locals.size(); ++i) {
+      if (root.dirty[i]) kept.push_back(root.locals[i]);
+    }
+    check_context_tokens(kept);
+  }
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);
   for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container, "");
   exits_.add_writes(effects_);
+  add_context_writes();
   TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
     if (!root.dirty[i]) continue;
@@ -528,11 +538,13 @@ void Tracer::finish(const ValuePtr& value) {
     return;
   }
   check_root_state_at_exit({value});
+  check_context_tokens({value});  // (the frame's locals end with it)
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);
   for (const ValuePtr& container : effects_.adopted()) entry_.guard_not_aliased(container, "");
   exits_.add_writes(effects_);
+  add_context_writes();
   exit_.pc = instr().start;
   exit_.op_pc = instr().offset;
   exit_.op = instr().op;

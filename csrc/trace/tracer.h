@@ -9,6 +9,7 @@
 #include <array>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,7 +84,9 @@ struct TraceFrame {
   // kNext: next(gen[, default]) asked for one item: as kStep, but the return gives `default`.
   // kSend: `yield from` (SEND) asked for one item: its yield goes above the receiver, its
   // return value goes on at `exhausted_pc` (the SEND's target).
-  enum class GenMode : uint8_t { kStep, kNext, kDrain, kSend };
+  // kBuffer: a consumer that steps it (zip, a builtin) asked for one item: the yield is kept on
+  // the iterator (its `items`) and the consumer's instruction runs again.
+  enum class GenMode : uint8_t { kStep, kNext, kDrain, kSend, kBuffer };
   bool lazy_generator = false;
   GenMode gen_mode = GenMode::kStep;
   int exhausted_pc = -1;
@@ -259,6 +262,28 @@ class Tracer {
   // other container. A missing key without a fallback ends the region (KeyError).
   ValuePtr environ_lookup(const ValuePtr& env, const ValuePtr& key, const ValuePtr& fallback,
                           bool contains);
+  // Standard-library calls answered by the tracer (stdlib_calls.cpp): a Logger's level checks
+  // (isEnabledFor, and debug / info / ... / log when the level is disabled: nothing), and
+  // logging.getLogger(name) of an existing logger; nullptr for any other call, or one these
+  // cannot answer (the call is then treated as any other).
+  ValuePtr stdlib_call(const ValuePtr& fn, const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // logger.isEnabledFor(level) for a Logger read by source and a level known at trace time,
+  // guarded by what it read (logger.disabled, logger._cache[level]); nullopt when not answered.
+  std::optional<bool> logger_enabled(const ValuePtr& logger, const ValuePtr& level);
+  ValuePtr logger_lookup(const std::vector<ValuePtr>& args, const KwValues& kwargs);
+  // var.get / var.set / var.reset of a contextvars.ContextVar read by source: the method bound
+  // to it (calls answered by stdlib_call); nullptr for anything else.
+  ValuePtr context_var_method(const ValuePtr& base, const std::string& name);
+  // The call of one of those: get() reads the variable by source (its value guarded as any
+  // value read by source is) or gives what this region set; set(v) gives a token of the trace
+  // (ObjRole::kContextToken) and reset(token) undoes it; the exit replays var.set(value) for
+  // each variable whose value then differs from its entry's.
+  ValuePtr context_var_call(const std::string& name, const ValuePtr& var, const std::vector<ValuePtr>& args,
+                            const KwValues& kwargs);
+  // Before an exit is built: a token in the state it keeps traces again with the set that made
+  // it left to Python (InlineBreak); then var.set(value) for each variable this region changed.
+  void check_context_tokens(const std::vector<ValuePtr>& values);
+  void add_context_writes();
   // An Enum member's .value / .name (also _value_ / _name_): a constant, the member guarded by
   // identity; nullptr for anything else.
   ValuePtr enum_member_attr(const ValuePtr& member, const std::string& name);
@@ -489,6 +514,19 @@ class Tracer {
   PyCodeObject* code_;  // the root frame's code
   int entry_pc_;
   const std::map<CallSite, std::string>* no_inline_;
+  // ContextVars this region set: the variable (by source) and its value now (nullptr: the one
+  // it had at the entry, after a reset).
+  struct ContextVarState {
+    ValuePtr var;
+    ValuePtr current;
+  };
+  std::vector<ContextVarState> context_vars_;
+  struct ContextToken {
+    ValuePtr token;
+    CallSite made_at;  // the set's call site
+    bool used = false;  // reset with it already
+  };
+  std::vector<ContextToken> context_tokens_;
   TraceSite site_;
   GraphRecorder recorder_;
   EntryState entry_;

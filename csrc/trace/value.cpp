@@ -276,20 +276,37 @@ ValuePtr copy_iterator(const ValuePtr& it, std::unordered_map<const Value*, Valu
 
 }  // namespace
 
-Value* live_generator_in(const ValuePtr& value, int depth) {
+namespace {
+
+// The first value in `value` or what it holds (a container's items, a new object's attributes,
+// a bound method's self) that `match` accepts.
+template <typename Match>
+Value* held_value(const ValuePtr& value, const Match& match, int depth = 0) {
   if (!value || depth > 8) return nullptr;  // (a container holding itself)
-  if (value->kind == VKind::kIter && value->iter_form == IterForm::kGenerator) return value.get();
+  if (match(*value)) return value.get();
   if (value->is_sequence() || value->kind == VKind::kDict ||
       (value->kind == VKind::kIter && !value->exhausted) || value->is(ObjRole::kNewObject)) {
     for (const ValuePtr& item : value->items) {  // (a new object's: its attributes)
-      if (Value* g = live_generator_in(item, depth + 1)) return g;
+      if (Value* found = held_value(item, match, depth + 1)) return found;
     }
   }
   // A bound method (a block's __exit__) of an object holding one.
   if (value->kind == VKind::kObject && value->bound_self) {
-    return live_generator_in(value->bound_self, depth + 1);
+    return held_value(value->bound_self, match, depth + 1);
   }
   return nullptr;
+}
+
+}  // namespace
+
+Value* live_generator_in(const ValuePtr& value) {
+  return held_value(value, [](const Value& v) {
+    return v.kind == VKind::kIter && v.iter_form == IterForm::kGenerator;
+  });
+}
+
+Value* context_token_in(const ValuePtr& value) {
+  return held_value(value, [](const Value& v) { return v.is(ObjRole::kContextToken); });
 }
 
 std::vector<ValuePtr> dict_view_items(const Value& view) {
@@ -300,12 +317,22 @@ std::vector<ValuePtr> dict_view_items(const Value& view) {
   return out;
 }
 
-Value* Value::live_generator() {
+Value* Value::live_generator(bool all) {
   if (kind != VKind::kIter || exhausted) return nullptr;
-  if (iter_form == IterForm::kGenerator) return this;
-  if (iter_form == IterForm::kZip || iter_form == IterForm::kEnumerate) {
-    for (const ValuePtr& inner : items) {
-      if (Value* g = inner->live_generator()) return g;
+  if (iter_form == IterForm::kGenerator) return all || index >= items.size() ? this : nullptr;
+  if (iter_form == IterForm::kEnumerate) return items.at(0)->live_generator(all);
+  if (iter_form == IterForm::kZip) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      Value* g = items[i]->live_generator(all);
+      if (g == nullptr) continue;
+      if (all) return g;
+      // zip steps its iterators in order and stops at the first that ends: the generator runs
+      // only if each one before it has an item (looked at on copies, nothing consumed).
+      std::unordered_map<const Value*, ValuePtr> copies;
+      for (size_t before = 0; before < i; ++before) {
+        if (!copy_iterator(items[before], copies)->next()) return nullptr;
+      }
+      return g;
     }
   }
   return nullptr;
@@ -367,15 +394,16 @@ ValuePtr Value::next() {
     case IterForm::kReversed:
       if (count >= 0 && static_cast<size_t>(count) < over->items.size()) out = over->items[count--];
       break;
-    case IterForm::kGenerator:
-      break;  // live_generator() threw above
+    case IterForm::kGenerator:  // an item it yielded ahead (live_generator() threw if none)
+      out = items[index++];
+      return out;
   }
   if (!out) exhausted = true;
   return out;
 }
 
 bool Value::rest(size_t max, std::vector<ValuePtr>& out) const {
-  if (Value* g = const_cast<Value*>(this)->live_generator()) throw GeneratorNeeded{g};
+  if (Value* g = const_cast<Value*>(this)->live_generator(/*all=*/true)) throw GeneratorNeeded{g, true};
   if (iter_form == IterForm::kRange && !exhausted) {
     const Py_ssize_t n = PyObject_Size(lazy_range.ptr());
     if (n < 0) throw py::error_already_set();

@@ -83,6 +83,10 @@ enum class ObjRole : uint8_t {
                       // (profiler ranges, contextlib.nullcontext): obj: its class; items: the
                       // arguments it was made with
   kNullExit,          // its `with`'s __exit__: does nothing
+  kContextToken,      // the Token of a ContextVar.set the trace made (trace/stdlib_calls.cpp):
+                      // obj: the variable; over: its value before the set (nullptr: as at the
+                      // region's entry). Never leaves the region: one that would is traced
+                      // again with that set left to Python
   kDictView,          // d.keys() / d.values() / d.items(): method: which; over: the dict (a
                       // kDict of the trace, read as it is whenever the view is used, or a dict
                       // read by source: items holds its guarded snapshot, a list value)
@@ -211,13 +215,18 @@ struct Value {
   // kIter: the next item (nullptr once exhausted); the items it has left, at most `max`, read
   // on a copy so nothing is consumed (false if there are more than `max`); consuming the rest.
   // Each throws GeneratorNeeded, consuming nothing, when an item must come from a generator
-  // the trace has not run yet (live_generator).
+  // the trace has not run yet (live_generator): next() for one more item, rest() for all.
   ValuePtr next();
   bool rest(size_t max, std::vector<ValuePtr>& out) const;
   void exhaust();
-  // kIter: the generator this iterator (or a zip / enumerate of it) would have to run to step,
-  // nullptr if none.
-  Value* live_generator();
+  // kIter: the generator this iterator (or a zip / enumerate of it) would have to run to step
+  // (to its end: `all`), nullptr if none. A generator's `items` from `index` on are the items
+  // it yielded ahead of its consumer (GenMode::kBuffer), handed out before it runs again.
+  Value* live_generator(bool all = false);
+  // A generator with no item yielded ahead: stepping it runs its frame.
+  bool generator_waits() const {
+    return kind == VKind::kIter && iter_form == IterForm::kGenerator && !exhausted && index >= items.size();
+  }
 
   // This container with fn applied to each item: itself if no item changed, else a copy (made
   // during the trace: no source). Values other than tuples, lists and dicts: itself.
@@ -229,15 +238,19 @@ struct Value {
 };
 
 // Thrown by Value::next / rest when a live generator must run first: the tracer runs that
-// generator's frame to its end (its yields become the iterator's items) and executes the
-// instruction again (Tracer::run).
+// generator's frame to its next yield (or, with `all`, to its end), the items kept on the
+// iterator, and executes the instruction again (Tracer::run).
 struct GeneratorNeeded {
   Value* generator;
+  bool all = false;
 };
 
 // A live generator (kIter kGenerator, not finished) that `value` is or holds (in its containers
 // and iterators), nullptr if none.
-Value* live_generator_in(const ValuePtr& value, int depth = 0);
+Value* live_generator_in(const ValuePtr& value);
+// A ContextVar token of the trace (ObjRole::kContextToken) in `value` or what it holds, else
+// nullptr.
+Value* context_token_in(const ValuePtr& value);
 
 // The items a kDictView yields now.
 std::vector<ValuePtr> dict_view_items(const Value& view);

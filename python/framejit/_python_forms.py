@@ -177,13 +177,31 @@ def trace_islice(iterable, *args):
 
 
 def trace_repeat(obj, times=None):
-    """itertools.repeat. Without a count it never ends: the real one, which the tracer cannot
-    step, so the call that made it is left to Python."""
+    """itertools.repeat. Without a count it never ends: its consumer takes what it needs."""
     if times is None:
-        yield from itertools.repeat(obj)
-        return
+        while True:
+            yield obj
     for _ in range(times):
         yield obj
+
+
+def trace_count(start=0, step=1):
+    """itertools.count: it never ends; its consumer takes what it needs (zip stops at its
+    shortest iterable, a loop at its break)."""
+    value = start
+    while True:
+        yield value
+        value += step
+
+
+def trace_cycle(iterable):
+    """itertools.cycle: the items once, as they come, then the saved ones over and over."""
+    seen = []
+    for item in iterable:
+        yield item
+        seen.append(item)
+    while seen:
+        yield from seen
 
 
 def trace_pairwise(iterable):
@@ -422,6 +440,8 @@ _FORMS = {
     typing.cast: trace_cast,
     itertools.islice: trace_islice,
     itertools.repeat: trace_repeat,
+    itertools.count: trace_count,
+    itertools.cycle: trace_cycle,
     itertools.pairwise: trace_pairwise,
     itertools.starmap: trace_starmap,
     itertools.takewhile: trace_takewhile,

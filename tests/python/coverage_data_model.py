@@ -2,9 +2,11 @@
 test_coverage_doc.py's table check by register(example). Each takes one 4x4 tensor unless its
 registration gives another input."""
 import collections
+import contextvars
 import copy
 import enum
 import itertools
+import logging
 import os
 import sys
 import typing
@@ -20,6 +22,8 @@ class Mode(enum.Enum):
 
 
 Pair = collections.namedtuple("Pair", "a b")
+LOGGER = logging.getLogger("framejit_tests.coverage")  # WARNING, from the root logger
+SCALE = contextvars.ContextVar("framejit_tests_coverage_scale", default=1.0)
 LAYERS = nn.ModuleList(nn.Linear(4, 4) for _ in range(3))
 
 
@@ -113,6 +117,22 @@ def register(example):
     @example('os.getenv("FRAMEJIT_N", "3")')
     def ex_getenv(x):
         return x * int(os.getenv("FRAMEJIT_N", "3"))
+
+    @example('logger.debug("x %s", x.shape)')
+    def ex_logging(x):
+        if LOGGER.isEnabledFor(logging.DEBUG):
+            x = x + 1
+        LOGGER.debug("x %s", x.shape)
+        return x * 2
+
+    @example("token = var.set(2.0)")
+    def ex_context_var(x):
+        token = SCALE.set(2.0)
+        try:
+            y = x * SCALE.get()
+        finally:
+            SCALE.reset(token)
+        return y * SCALE.get()
 
     @example("for kind in self.kinds:", lambda: (torch.randn(4, 4), {"full", "sliding"}))
     def ex_set_by_source(x, kinds):

@@ -1,6 +1,6 @@
 """Generator functions and exceptions inside the trace (issue #16): a generator called in the
-trace runs in the tracer (a `for` loop interleaves with its frame as Python does; list(), zip,
-sum run it to its end), and `raise` caught by a try/except in the trace unwinds there. Each is
+trace runs in the tracer (a `for` loop interleaves with its frame as Python does; zip and
+next() step it one item at a time, list() and sum() run it to its end), and `raise` caught by a try/except in the trace unwinds there. Each is
 compiled next to eager with its graph count; transformers' DynamicCache iterates a Sequence
 through collections.abc's generator __iter__, which ends on an IndexError."""
 from collections.abc import Mapping, Sequence
@@ -93,6 +93,48 @@ def test_a_for_loop_interleaves_with_the_generator_frame():
 
     graphs, exits = compiled_and_eager(calls_helper(f), torch.randn(2))
     assert graphs == 1 and exits == ["return"]
+
+
+def logged_steps(x, log, n=5):
+    for i in range(n):
+        log.append(i)  # a side effect per step: how far the generator ran
+        yield x * i
+
+
+def zips_a_generator_with_a_shorter_list(x):
+    log = []
+    pairs = [a + b for a, b in zip(logged_steps(x, log), [x, x])]
+    return pairs, log
+
+
+def zips_a_shorter_list_first(x):
+    log = []
+    pairs = [a + b for a, b in zip([x, x], logged_steps(x, log))]
+    return pairs, log
+
+
+def counts_and_cycles(x, xs):
+    import itertools
+    scaled = [t * i for i, t in zip(itertools.count(1), xs)]  # count() never ends
+    signs = [t * s for t, s in zip(xs, itertools.cycle([1.0, -1.0]))]
+    return scaled, signs
+
+
+@pytest.mark.parametrize("fn, log", [(zips_a_generator_with_a_shorter_list, [0, 1, 2]),
+                                     (zips_a_shorter_list_first, [0, 1])])
+def test_zip_runs_a_generator_no_further_than_python(fn, log):
+    x = torch.randn(3)
+    counter = CompileCounter()
+    out = framejit.compile(fn, backend=counter)(x)
+    assert same(out, fn(x)) and out[1] == log  # (ran ahead to its end before: [0, 1, 2, 3, 4])
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(fn)] == ["return"]
+
+
+def test_itertools_count_and_cycle_step_in_the_trace():
+    x = torch.randn(3)
+    xs = [x, x * 2, x * 3]
+    assert compiled_and_eager(counts_and_cycles, x, xs) == (1, ["return"])
 
 
 def test_a_generator_reads_what_changes_between_calls():
