@@ -158,11 +158,12 @@ Source SourceTable::item(int base, py::object key) const {
   return s;
 }
 
-Source SourceTable::context_value(int base) const {
+Source SourceTable::context_value(int base, py::object unset) const {
   Source s;
   s.kind = SourceKind::kContextValue;
   s.base = base;
-  s.text = sources_[base].text + ".get()";
+  s.text = sources_[base].text + (unset ? ".get(<unset>)" : ".get()");
+  s.key = std::move(unset);
   s.name_hint = sources_[base].name_hint + "_value";
   return s;
 }
@@ -217,7 +218,7 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       PyObject* var = slots[s.base];
       if (var == nullptr || !PyContextVar_CheckExact(var)) return nullptr;
       PyObject* value = nullptr;
-      if (PyContextVar_Get(var, nullptr, &value) < 0) {  // New, or NULL where it has no value
+      if (PyContextVar_Get(var, s.key.ptr(), &value) < 0) {  // New, or NULL where it has no value
         PyErr_Clear();
         return nullptr;
       }

@@ -20,7 +20,7 @@ enum class SourceKind : uint8_t {
   kClosure,   // cell `index` of the frame's function's closure
   kGlobalsDict,  // the frame's globals dict itself (identity-guarded where a region writes it)
   kContextValue,  // the value of the contextvars.ContextVar in slot `base` in the running context
-                  // (its default where unset; unreadable where it has neither)
+                  // (where unset: `key` if set, else the variable's default, else unreadable)
 };
 
 struct Source {
@@ -98,8 +98,9 @@ class SourceTable {
   // __getattribute__, looked up as that method's super() call does.
   Source generic_attr(int base, const std::string& name) const;
   Source item(int base, py::object key) const;
-  // The value the ContextVar read from `base` has now (var.get()).
-  Source context_value(int base) const;
+  // The value the ContextVar read from `base` has now: var.get(), or, with `unset`, the value
+  // set in the running context, `unset` where it has none.
+  Source context_value(int base, py::object unset = py::object()) const;
   // slot `base`[the object read from slot `key_slot`]: a dict keyed by objects that hash by
   // identity (an optimizer's state, keyed by parameters), named after the key's source.
   Source item_by_object(int base, py::object key, int key_slot) const;

@@ -198,6 +198,11 @@ ValuePtr SizeTracker::slice_of(std::vector<ValuePtr> parts) {
       continue;
     }
     part = concretize(part);
+    // A number of the entry state (a local when a region starts mid-frame: `slen` after a
+    // break): pinned to its value, as where a torch call takes it.
+    if (part->kind == VKind::kSymNum && (PyLong_CheckExact(part->obj.ptr()) || part->obj.is_none())) {
+      part = specialize(part);
+    }
     if (!part->is_const()) {
       FJ_UNSUPPORTED(kUnsupportedValue, "slice bound {} not known at trace time", part->describe());
     }

@@ -208,10 +208,19 @@ ValuePtr Tracer::context_var_call(const std::string& name, const ValuePtr& var, 
   if (name == "get" && args.size() <= 1) {
     if (state != nullptr && state->current) return state->current;
     // As it is in the running context: read by source on every call.
+    if (args.size() == 1) {  // get(default): the default where the context has no value
+      static PyObject* const kUnset =  // (never released: interpreter teardown order)
+          py::object(PyRefs::get().support.attr("CONTEXT_VAR_UNSET")).release().ptr();
+      ValuePtr value = entry_.load(entry_.sources().context_value(
+          var->source, py::reinterpret_borrow<py::object>(kUnset)));
+      FJ_CHECK(value != nullptr && value->source >= 0, "ContextVar.get(<unset>) unreadable");
+      if (value->obj.ptr() != kUnset) return value;  // (its guard fails on <unset>)
+      entry_.guard_id(value->source, kUnset);
+      return args[0];
+    }
     ValuePtr value = entry_.load(entry_.sources().context_value(var->source));
     if (!value) {
-      // Neither a value nor a default: get() raises LookupError, get(default) gives the default.
-      // Which one it is at run time is not guarded: Python's to answer.
+      // Neither a value nor a default: get() raises LookupError (Python's to raise).
       FJ_UNSUPPORTED(kUnsupportedValue, "{}.get() of a variable with no value", var->describe());
     }
     return value;

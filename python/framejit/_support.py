@@ -351,6 +351,17 @@ def make_meta(t: torch.Tensor) -> torch.Tensor:
 _FAKE_MODE = None
 
 
+class _ContextVarUnset:
+    """The default a guard reads `var.get(default)`'s source with: the variable has no value in
+    the running context (an object no program can set it to)."""
+
+    def __repr__(self):
+        return "<unset>"
+
+
+CONTEXT_VAR_UNSET = _ContextVarUnset()
+
+
 class InternalFault(Exception):
     """A fault of framejit's own found by a helper the tracer calls: the tracer turns it into an
     internal error (the region falls back to plain Python with one warning), never a break."""

@@ -114,6 +114,26 @@ def test_numbers_from_item_do_not_recompile_per_value():
     assert 'Sym(f64)' in graph
 
 
+def slices_after_a_break(x, lengths):
+    slen = x.size(1)
+    if lengths.max().item() > slen:  # breaks: the rest starts mid-frame, slen a local there
+        raise ValueError("a length past the sequence")  # (XLM asserts it)
+    positions = torch.arange(16)[:slen]  # a slice bound from that local (XLM's position_ids)
+    return x[:, : slen - 1] * 2 + positions[: slen - 1]
+
+
+def test_a_slice_bound_read_from_a_local_mid_frame_is_pinned_not_a_deopt():
+    counter = CompileCounter()
+    compiled = framejit.compile(slices_after_a_break, backend=counter)
+    for length in (6, 6, 9):
+        x, lengths = torch.randn(2, length), torch.tensor([3, length])
+        assert same(compiled(x, lengths), slices_after_a_break(x, lengths))
+    exits = [r["exit"] for r in regions(slices_after_a_break)]
+    assert "deopt" not in exits and exits.count("return") == 2  # one tail per length
+    tails = [r for r in regions(slices_after_a_break) if r["exit"] == "return"]
+    assert all(r["graph_id"] >= 0 for r in tails)
+
+
 def branch_on_number(x):
     n = x.sum().item()
     if n > 2:

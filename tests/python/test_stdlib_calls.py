@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import framejit
-from framejit.testing import CompileCounter, same
+from framejit.testing import CompileCounter, regions, same
 
 log = logging.getLogger("framejit_tests.stdlib")
 
@@ -209,6 +209,25 @@ def test_get_reads_the_value_on_every_call():
     context = contextvars.Context()  # extra has no value there: LookupError, as in eager
     with pytest.raises(LookupError):
         context.run(compiled, x)
+    scale.set(1.0)
+
+
+def test_get_with_a_default_prefers_it_to_the_variables_own():
+    x = torch.randn(3)
+
+    def f(x):
+        override = scale.get(None)  # None where the context has no value (not scale's 1.0)
+        return x if override is None else x * override
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    empty = contextvars.Context()
+    assert same(empty.run(compiled, x), x) and same(empty.run(f, x), x)
+    scale.set(3.0)
+    assert same(compiled(x), x * 3.0)
+    assert same(empty.run(compiled, x), x)  # unset again: the first version's guards hold
+    assert counter.frame_count == 1  # (the unset version has no op: no graph)
+    assert len(regions(f)) == 2
     scale.set(1.0)
 
 
