@@ -572,14 +572,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         if (holds_ndarray(kw.second)) FJ_UNSUPPORTED(kUnsupportedCall, "Tensor.{}() of a NumPy array", name);
       }
     }
-    if (self->kind == VKind::kTensor && name == "type" && args.size() == 2 && kwargs.empty() &&
-        args[1]->is_const() &&
+    // (a dtype or class read as an object: a default argument, `acc_dtype=torch.float32`)
+    const bool fixed_target = args.size() == 2 && (args[1]->is_const() || args[1]->is(ObjRole::kPlain));
+    if (self->kind == VKind::kTensor && name == "type" && fixed_target && kwargs.empty() &&
         Py_TYPE(args[1]->obj.ptr()) == reinterpret_cast<PyTypeObject*>(refs.dtype_type.ptr())) {
       // x.type(torch.float16) is x.to(torch.float16) (itself where the dtype is x's already).
       return record_call(NodeKind::kCallMethod, py::none(), "to", std::move(args), {}, "", "to");
     }
-    if (self->kind == VKind::kTensor && name == "type" && args.size() == 2 && kwargs.empty() &&
-        args[1]->is_const()) {
+    if (self->kind == VKind::kTensor && name == "type" && fixed_target && kwargs.empty() &&
+        !args[1]->bound_self) {
       // x.type("torch.DoubleTensor") / x.type(torch.cuda.HalfTensor): x.to(device, dtype) of
       // that legacy type's device and dtype.
       py::object target = refs.support.attr("legacy_tensor_type")(args[1]->obj);

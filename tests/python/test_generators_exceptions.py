@@ -382,6 +382,18 @@ def test_tensor_type_with_a_dtype_is_a_cast_in_the_graph():
     assert graphs == 1 and exits == ["return"]
 
 
+def scan_in(h, acc_dtype: torch.dtype = torch.float32):  # RecurrentGemma's _rnn_scan
+    return h.type(acc_dtype) * 2
+
+
+def test_tensor_type_with_a_default_argument_dtype_or_a_legacy_class():
+    def f(x):
+        return scan_in(x.half()), x.type(torch.DoubleTensor)
+
+    graphs, exits = compiled_and_eager(f, torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
+
+
 def test_next_of_a_generator_only_the_call_holds():
     # next(gen(x)): nothing but the call's arguments holds the generator while its frame runs.
     def two(x):

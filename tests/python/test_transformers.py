@@ -362,6 +362,9 @@ MORE_FAMILIES = {
                            n_group=1, topk_group=1, q_lora_rank=None, kv_lora_rank=16,
                            qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
                            first_k_dense_replace=1), 1),
+    # its scan casts with x.type(acc_dtype), acc_dtype a default argument (a dtype object)
+    "recurrent_gemma": (_small(transformers.RecurrentGemmaConfig, transformers.RecurrentGemmaForCausalLM,
+                               block_types=["recurrent", "attention"], lru_width=64, head_dim=16), 1),
 }
 
 
