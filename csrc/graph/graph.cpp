@@ -165,24 +165,26 @@ Node* Graph::set_output(std::vector<Arg> outputs) {
   return append(std::move(node));
 }
 
-void Graph::remove_unused_getitems() {
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (auto it = nodes_.begin(); it != nodes_.end(); ++it) {
-      Node* node = it->get();
-      if (node->infix != "[]" || !node->users.empty()) continue;
-      for (const Arg& arg : node->args) {
-        arg.for_each_node([node](Node* input) {
-          auto& users = input->users;
-          users.erase(std::find(users.begin(), users.end(), node));
-        });
-      }
-      nodes_.erase(it);
-      changed = true;
-      break;
+void Graph::remove_unused() {
+  // From the last node back: a node's users come after it, so one pass drops whole chains.
+  std::vector<std::unique_ptr<Node>> kept;
+  kept.reserve(nodes_.size());
+  for (auto it = nodes_.rbegin(); it != nodes_.rend(); ++it) {
+    Node* node = it->get();
+    const bool droppable = node->kind == NodeKind::kCallFunction || node->kind == NodeKind::kCallMethod;
+    if (droppable && (node->infix == "[]" || node->pure) && node->users.empty()) {
+      auto unlink = [node](Node* input) {
+        auto& users = input->users;
+        users.erase(std::find(users.begin(), users.end(), node));
+      };
+      for (const Arg& arg : node->args) arg.for_each_node(unlink);
+      for (const auto& kw : node->kwargs) kw.second.for_each_node(unlink);
+      continue;
     }
+    kept.push_back(std::move(*it));
   }
+  std::reverse(kept.begin(), kept.end());
+  nodes_ = std::move(kept);
 }
 
 std::vector<Node*> Graph::placeholders() const {

@@ -73,6 +73,7 @@ class Node {
   std::string filename;           // set when the node comes from an inlined function
   std::string function;
   std::vector<Node*> users;
+  bool pure = false;              // no effect but its result: dropped where nothing uses it
 
   std::string meta_text() const;  // "f32[2, 3]" or "(f32[2], f32[2])"
 };
@@ -91,8 +92,9 @@ class Graph {
                  const std::string& name_hint);
   Node* set_output(std::vector<Arg> outputs);
 
-  // Drops getitem nodes nobody uses (the tracer makes one per element of a tuple result).
-  void remove_unused_getitems();
+  // Drops getitem nodes (the tracer makes one per element of a tuple result) and pure nodes
+  // (arithmetic on numbers whose value the trace used as a constant) that nothing uses.
+  void remove_unused();
 
   // Invariants: names unique, users consistent, args refer to earlier nodes, one output last.
   // Raises InternalError naming the first violation.

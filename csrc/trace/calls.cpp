@@ -632,6 +632,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         py::object index = self->device.attr("index");
         return Value::constant(index.is_none() ? py::int_(-1) : index);
       }
+      if (args.size() == 1 && kwargs.empty() &&
+          (name == "item" || name == "tolist" || name == "__int__" || name == "__float__" ||
+           name == "__bool__" || name == "__index__")) {
+        // a value the trace computed from numbers (Value::known): a constant
+        if (py::object known = known_value(self)) {
+          return constant_result(known.attr(name.c_str())(), "Tensor." + name);
+        }
+      }
       if (name == "backward") {  // (torch.compile breaks here too, without compiled autograd)
         FJ_UNSUPPORTED(kUnsupportedCall, "Tensor.backward() runs autograd outside the graph");
       }
@@ -1302,6 +1310,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       if (!form.is_none()) {
         inline_call(Value::object(form), form, std::move(args), std::move(kwargs), /*may_make_generator=*/true);
         return nullptr;
+      }
+    }
+    if ((name == "int" || name == "float" || name == "bool") && args.size() == 1 && kwargs.empty()) {
+      if (py::object known = known_value(args[0])) {  // of a tensor the trace computed
+        return constant_result(callable(known), name);
       }
     }
     if (any_tensor(args, kwargs)) FJ_UNSUPPORTED(kDataDependent, "{}() of a tensor needs its data", name);

@@ -193,7 +193,7 @@ Node* GraphRecorder::add(NodeSpec spec) {
 
 void GraphRecorder::finish(std::vector<Arg> outputs) {
   graph_.set_output(std::move(outputs));
-  graph_.remove_unused_getitems();
+  graph_.remove_unused();
 }
 
 TensorMeta GraphRecorder::meta_of(py::handle meta, py::handle device) {

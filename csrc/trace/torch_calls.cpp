@@ -28,6 +28,119 @@ bool changes_shape_inplace(const std::string& target_text) {
                                     "squeeze_", "resize_", "resize_as_", "as_strided_", "set_"});
 }
 
+// Deterministic ops the trace computes for real where every input is a number or a tensor whose
+// value it knows (Value::known), and the result has at most one element: arithmetic on sizes
+// that libraries write with torch (Longformer's torch.div(seq_len, 2 * w, rounding_mode="trunc"),
+// then a view by it), casts, and torch.tensor of numbers.
+bool computes_known(const std::string& target_text) {
+  if (target_text.empty() || target_text.back() == '_') return false;  // (in place)
+  const auto dot = target_text.rfind('.');
+  if (dot != std::string::npos) {
+    const std::string owner = target_text.substr(0, dot);
+    if (owner != "torch" && owner != "operator") return false;
+  }
+  return base_name_in(target_text, {"tensor", "as_tensor", "scalar_tensor", "div", "true_divide",
+                                    "truediv", "floor_divide", "floordiv", "remainder", "mod",
+                                    "fmod", "add", "sub", "mul", "pow", "neg", "abs", "sqrt", "rsqrt",
+                                    "exp", "log", "log2", "log10", "ceil", "floor", "round", "trunc",
+                                    "clamp", "clamp_min", "clamp_max", "maximum", "minimum", "to",
+                                    "float", "double", "int", "long", "half", "bool", "gt", "lt",
+                                    "ge", "le", "eq", "ne"});
+}
+
+// Whether the trace knows this tensor's value now (Value::known, and no in-place op since).
+bool known_now(const Value& v) {
+  return v.kind == VKind::kTensor && v.known && v.known_version >= 0 &&
+         tensor_version(v.obj.ptr()) == v.known_version;
+}
+
+// The real value of an argument for computes_known: a number, a known tensor, a device or dtype,
+// or tuples of those; nullptr-object where there is none. Run-time numbers go into `from`.
+py::object known_argument(const ValuePtr& v, std::vector<ValuePtr>& from) {
+  switch (v->kind) {
+    case VKind::kTensor:
+      if (!known_now(*v)) return py::object();
+      from.insert(from.end(), v->known_from.begin(), v->known_from.end());
+      return v->known;
+    case VKind::kConst:
+      if (v->obj && !is_tensor(v->obj.ptr())) return v->obj;
+      return py::object();
+    case VKind::kSymNum:
+      if (!PyLong_CheckExact(v->obj.ptr()) && !PyFloat_CheckExact(v->obj.ptr())) return py::object();
+      from.push_back(v);
+      return v->obj;
+    case VKind::kTuple:
+    case VKind::kList: {
+      py::list items;
+      for (const ValuePtr& item : v->items) {
+        py::object real = known_argument(item, from);
+        if (!real) return py::object();
+        items.append(real);
+      }
+      if (v->kind == VKind::kList) return std::move(items);
+      return py::tuple(items);
+    }
+    default:
+      return py::object();
+  }
+}
+
+// The value a call computes_known makes, or an empty object.
+py::object compute_known(bool is_method, py::handle fn, const std::string& method,
+                         const std::vector<ValuePtr>& args, const KwValues& kwargs,
+                         std::vector<ValuePtr>& from) {
+  py::list real_args;
+  for (const ValuePtr& arg : args) {
+    py::object real = known_argument(arg, from);
+    if (!real) return py::object();
+    real_args.append(real);
+  }
+  py::dict real_kwargs;
+  for (const auto& [key, value] : kwargs) {
+    if (key == "out") return py::object();
+    py::object real = known_argument(value, from);
+    if (!real) return py::object();
+    if (key == "device" && py::str(real).cast<std::string>().rfind("cpu", 0) != 0) return py::object();
+    real_kwargs[py::str(key)] = real;
+  }
+  try {
+    py::object result;
+    if (is_method) {
+      if (real_args.empty()) return py::object();
+      py::list rest;
+      for (size_t i = 1; i < py::len(real_args); ++i) rest.append(real_args[i]);
+      result = real_args[0].attr(method.c_str())(*py::tuple(rest), **real_kwargs);
+    } else {
+      result = py::reinterpret_borrow<py::object>(fn)(*py::tuple(real_args), **real_kwargs);
+    }
+    if (!is_tensor(result.ptr()) || result.attr("numel")().cast<int64_t>() > 1 ||
+        !py::str(result.attr("device").attr("type")).equal(py::str("cpu"))) {
+      return py::object();
+    }
+    return result;
+  } catch (const py::error_already_set& error) {
+    if (error.matches(PyExc_KeyboardInterrupt)) throw;
+    return py::object();  // (the graph's op raises at run time, or the meta call said so)
+  }
+}
+
+// Arguments with the tensors whose value the trace knows (Value::known) replaced by that value as
+// a number, for an op that needs it (a view by a size computed with torch.div): false if none.
+bool known_tensors_as_numbers(Tracer& t, std::vector<ValuePtr>& args, KwValues& kwargs) {
+  bool replaced = false;
+  std::function<ValuePtr(const ValuePtr&)> swap = [&](const ValuePtr& v) -> ValuePtr {
+    if (v->kind == VKind::kTensor) {
+      if (!known_now(*v) || py::len(v->known.attr("shape")) != 0) return v;
+      replaced = true;
+      return Value::constant(t.known_value(v).attr("item")());
+    }
+    return Value::map_items(v, swap);
+  };
+  for (auto& arg : args) arg = swap(arg);
+  for (auto& kw : kwargs) kw.second = swap(kw.second);
+  return replaced;
+}
+
 // A function the trace made (a combine_fn defined in the frame and handed to a higher-order op
 // such as associative_scan) as a real function, when everything it holds is known at trace
 // time (its defaults and its cells' contents constants): the graph calls the op with it.
@@ -359,7 +472,18 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     return devices;
   };
   GraphRecorder& rec = recorder();
-  py::object result = rec.run_meta(call, explicit_device);
+  py::object result;
+  try {
+    result = rec.run_meta(call, explicit_device);
+  } catch (const Unsupported& failed) {
+    // An op that reads a 0-d tensor's value (view by torch.div(n, 2)) fails on meta tensors: with
+    // the values the trace knows as numbers, the node takes those numbers.
+    if (failed.kind() != BreakKind::kMetaFailure || made_functions ||
+        !known_tensors_as_numbers(*this, args, kwargs)) {
+      throw;
+    }
+    return record_call(kind, fn_in, method, std::move(args), std::move(kwargs), infix, name_hint);
+  }
   py::object device = GraphRecorder::infer_device(explicit_device, args, kwargs);
 
   std::vector<Arg> node_args;
@@ -404,9 +528,26 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
     return rec.add(std::move(spec));
   };
   if (is_tensor(result.ptr())) {
+    const bool writes = call.mutates || std::any_of(kwargs.begin(), kwargs.end(), [](const auto& kw) {
+      return kw.first == "out";  // torch.maximum(a, b, out=a): its effect is the write
+    });
+    const bool pure = !inplace && !writes && computes_known(target_text);
+    // (before the node takes the arguments)
+    py::object known;
+    std::vector<ValuePtr> known_from;
+    if (pure && result.attr("numel")().cast<int64_t>() <= 1) {
+      known = compute_known(is_method, fn, method, args, kwargs, known_from);
+    }
     Node* node = call_node({GraphRecorder::meta_of(result, device)}, false);
+    node->pure = pure;  // (deterministic, no effect: dropped where its value became a constant)
     if (inplace) return args[0];
-    return Value::tensor(node, result, device);
+    ValuePtr out = Value::tensor(node, result, device);
+    if (known) {
+      out->known = std::move(known);
+      out->known_from = std::move(known_from);
+      out->known_version = tensor_version(result.ptr());
+    }
+    return out;
   }
   const bool is_list = PyList_Check(result.ptr());
   if ((PyTuple_Check(result.ptr()) || is_list) && tensors_or_none(result)) {
@@ -454,6 +595,12 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   }
   FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {} (not a tensor) on meta tensors", target_text,
                  Py_TYPE(result.ptr())->tp_name);
+}
+
+py::object Tracer::known_value(const ValuePtr& tensor) {
+  if (!known_now(*tensor)) return py::object();
+  for (const ValuePtr& number : tensor->known_from) sizes().specialize(number);
+  return tensor->known;
 }
 
 ValuePtr Tracer::tensor_rows(const ValuePtr& tensor) {

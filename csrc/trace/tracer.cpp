@@ -427,6 +427,11 @@ PyTypeObject* sourced_instance_class(const ValuePtr& value) {
 bool Tracer::truthy(const ValuePtr& value) {
   switch (value->kind) {
     case VKind::kTensor:
+      if (py::object known = known_value(value)) {  // computed from numbers in the trace
+        const int result = PyObject_IsTrue(known.ptr());
+        if (result < 0) throw py::error_already_set();
+        return result == 1;
+      }
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
       if (value->is_size_expr()) return truthy(sizes_.decide(value));

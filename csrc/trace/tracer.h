@@ -262,6 +262,9 @@ class Tracer {
   // other container. A missing key without a fallback ends the region (KeyError).
   ValuePtr environ_lookup(const ValuePtr& env, const ValuePtr& key, const ValuePtr& fallback,
                           bool contains);
+  // A tensor's value where the trace knows it (Value::known, not changed in place since), the
+  // numbers it came from pinned; an empty object where it does not.
+  py::object known_value(const ValuePtr& tensor);
   // Standard-library calls answered by the tracer (stdlib_calls.cpp): a Logger's level checks
   // (isEnabledFor, and debug / info / ... / log when the level is disabled: nothing), and
   // logging.getLogger(name) of an existing logger; nullptr for any other call, or one these

@@ -118,6 +118,15 @@ struct Value {
   bool ndarray = false;          // kTensor: stands for a NumPy array the trace made (x.numpy(), a
                                  // NumPy call on one): NumPy's semantics, an np.ndarray where it
                                  // leaves the region (trace/numpy_calls.cpp)
+  // kTensor: its value where the trace computed it from numbers alone (a real CPU tensor of at
+  // most one element: torch.div(n, 2, rounding_mode="trunc"), torch.tensor(d).sqrt()), as fake
+  // tensors propagate constants; `known_from`: the run-time numbers (sizes) it was computed
+  // from, pinned where the value is used (Tracer::known_value).
+  // `known_version`: the meta tensor's version counter then; an in-place op on it or on a view
+  // of it since (a step counter's `+= 1`) makes the value unknown.
+  py::object known;
+  std::vector<ValuePtr> known_from;
+  int64_t known_version = -1;
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
                                  // kDict made by collections.defaultdict: defaultdict
   ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory

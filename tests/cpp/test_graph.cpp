@@ -76,12 +76,34 @@ TEST_CASE("unused getitem nodes are removed, used ones kept") {
              {Arg::of(chunk), Arg::constant(py::int_(1))}, {}, py::none(), {meta({2})}, false, 2,
              "getitem");
   g.set_output({Arg::of(first)});
-  g.remove_unused_getitems();
+  g.remove_unused();
   g.lint();
   CHECK(g.nodes().size() == 4);  // x, chunk, getitem, output
   CHECK(chunk->users.size() == 1);
   CHECK(print_graph(g, nullptr).find("getitem: \"f32[2]\" = chunk[0]") != std::string::npos);
   CHECK(chunk->meta_text() == "(f32[2], f32[2])");
+}
+
+TEST_CASE("unused pure nodes are removed with the chains they end, impure ones kept") {
+  Graph g("f.py", "f", 1);
+  Node* x = g.add_placeholder("x", py::none(), meta({4}));
+  Node* div = g.add_call(NodeKind::kCallFunction, op("floordiv"), "operator.floordiv", "//",
+                         {Arg::constant(py::int_(8)), Arg::constant(py::int_(2))}, {}, py::none(),
+                         {meta({})}, false, 2, "div");
+  div->pure = true;
+  Node* twice = g.add_call(NodeKind::kCallFunction, op("mul"), "operator.mul", "*",
+                           {Arg::of(div), Arg::constant(py::int_(2))}, {}, py::none(), {meta({})},
+                           false, 2, "twice");
+  twice->pure = true;  // its only user: both go
+  Node* write = g.add_call(NodeKind::kCallMethod, py::str("add_"), "add_", "",
+                           {Arg::of(x), Arg::constant(py::int_(1))}, {}, py::none(), {meta({4})},
+                           false, 3, "add_");  // unused but not pure: kept
+  g.set_output({Arg::of(x)});
+  g.remove_unused();
+  g.lint();
+  CHECK(g.nodes().size() == 3);  // x, add_, output
+  CHECK(x->users.size() == 2);
+  CHECK(write->users.empty());
 }
 
 TEST_CASE("the verifier rejects a graph without an output") {

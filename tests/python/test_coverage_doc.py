@@ -669,6 +669,8 @@ def rows_loop(xs):
 example("x.view(x.size(0), -1)")(lambda x: x.view(x.size(0), -1) * 2)
 example("if x.size(0) > 2:")(lambda x: x * 2 if x.size(0) > 2 else x)
 example("x[:, : x.size(1) - 1]")(lambda x: x[:, : x.size(1) - 1] * 2)
+example('x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1)')(
+    lambda x: x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1) * 2)
 example("x[x > 0]")(lambda x: x[x > 0] * 2)
 example("x.reshape(-1, *x.shape[1:])")(lambda x: x.reshape(-1, *x.shape[1:]) * 2)
 example("s = x.sum().item()")(lambda x: x * x.sum().item())

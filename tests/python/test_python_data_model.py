@@ -513,3 +513,60 @@ def test_other_changes_of_the_dict_of_an_object_made_in_the_trace_reach_the_obje
     counter, _ = compile_and_compare(updates_a_dict_of_an_object_made_here, torch.ones(2))
     assert same(framejit.compile(updates_a_dict_of_an_object_made_here, backend=counter)(torch.ones(2)),
                 torch.full((2,), 5.0))
+
+
+# --- tensors computed from numbers ---------------------------------------------------------
+
+
+def chunks_by_a_torch_div(h, w):
+    # Longformer's _chunk: a size computed with torch.div on ints, then a view by that 0-d tensor
+    h = h.view(h.size(0), torch.div(h.size(1), w * 2, rounding_mode="trunc"), w * 2, h.size(2))
+    scale = torch.tensor(h.size(-1)).sqrt().item()
+    if torch.tensor(w) > 1:
+        h = h * 2
+    return h / scale, int(torch.tensor(w) * 3)
+
+
+def test_a_tensor_computed_from_numbers_is_known_where_its_value_is_needed():
+    counter = CompileCounter()
+    compiled = framejit.compile(chunks_by_a_torch_div, backend=counter)
+    for n in (8, 8, 12):
+        h = torch.randn(2, n, 4)
+        assert same(compiled(h, 2), chunks_by_a_torch_div(h, 2))
+    assert counter.frame_count == 2  # the view pins the sequence length: one graph per length
+    explained = framejit.explain(chunks_by_a_torch_div)(torch.randn(2, 8, 4), 2)
+    assert explained.graph_break_count == 0, explained.break_reasons
+    code = explained.graphs[0].code
+    assert "h.view(2, 2, 4, 4)" in code
+    assert "torch.div" not in code and "torch.tensor" not in code  # used as numbers: dropped
+
+
+def test_a_random_scalar_is_never_known():
+    def f(x):
+        return x * torch.rand(()).item()
+
+    explained = framejit.explain(f)(torch.ones(2))
+    assert explained.graph_break_count == 1
+    assert "needs the tensor's data" in explained.break_reasons[0]
+
+
+def counts_in_place(x):
+    step = torch.tensor(0.0)  # known: 0.0
+    step += 1  # changed in place: unknown from here (torch.optim's step counter)
+    step.add_(1)
+    return x * float(step), step
+
+
+def keeps_the_maximum_in_place(x, best):
+    torch.maximum(best, x, out=best)  # its result unused: the write is its effect
+    return x + 1
+
+
+def test_a_known_tensor_changed_in_place_is_not_known_and_writes_stay():
+    x = torch.randn(3)
+    counter, _ = compile_and_compare(counts_in_place, x)
+    assert same(framejit.compile(counts_in_place, backend=counter)(x)[0], x * 2.0)
+    best = torch.full((3,), -1.0)
+    compiled = framejit.compile(keeps_the_maximum_in_place, backend=CompileCounter())
+    compiled(x, best)
+    assert same(best, torch.maximum(torch.full((3,), -1.0), x))
