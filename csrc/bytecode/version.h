@@ -32,6 +32,14 @@ inline bool load_global_pushes_null(int arg) { return (arg & 1) != 0; }
 inline int load_attr_name(int arg) { return kIs312 ? (arg >> 1) : arg; }
 inline bool load_attr_is_method(int arg) { return kIs312 && (arg & 1) != 0; }
 
+// 3.12+: every generator's body is covered by a handler that turns a StopIteration leaking out
+// of it into RuntimeError (CALL_INTRINSIC_1 INTRINSIC_STOPITERATION_ERROR, then RERAISE); any
+// other exception, GeneratorExit included, passes through it unchanged. 3.11 has none.
+inline bool is_generator_stop_handler(int op_is_call_intrinsic_1, int arg) {
+  constexpr int kStopIterationError = 3;  // INTRINSIC_STOPITERATION_ERROR
+  return kIs312 && op_is_call_intrinsic_1 && arg == kStopIterationError;
+}
+
 // The two stack entries under a call's arguments. 3.11 and 3.12: [NULL, callable] or
 // [method, self]; 3.13: [callable, NULL] or [method, self], so the NULL that LOAD_GLOBAL,
 // LOAD_ATTR and PUSH_NULL add goes above the callable. The tracer keeps CPython's layout (a

@@ -79,6 +79,7 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
     return;
   }
   gen.pc = i.next;
+  gen.suspended_at = i.start;
   Value* owner = gen.owner;
   gen.owner = nullptr;
   ValuePtr kept = std::move(gen.owner_kept);  // alive until the value is handed over

@@ -239,7 +239,23 @@ void Tracer::end_at(const Instr& ins, const Unsupported& why) {
   build_exit_state(kind);
 }
 
-void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values) {
+namespace {
+
+// Whether Python's close() of this half-run generator, which it calls when nothing refers to the
+// generator any more, does nothing: not started, or stopped at a yield no handler of its own
+// covers (a finally or with block would run there).
+bool closes_quietly(const Value& it) {
+  const TraceFrame* frame = it.gen_frame.get();
+  if (frame == nullptr || frame->suspended_at < 0) return true;
+  const Instr& yield = frame->bytecode->at(frame->suspended_at);
+  if (yield.handler < 0) return true;
+  const Instr& handler = frame->bytecode->at(yield.handler);
+  return pyver::is_generator_stop_handler(handler.op == Op::CALL_INTRINSIC_1, handler.arg);
+}
+
+}  // namespace
+
+void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values, bool returning) {
   for (const Handling& h : handling_) {
     if (h.frame == 0) {
       throw InlineBreak{root_raise_, "its except block ends the region: " + exits_.exit().reason};
@@ -247,7 +263,11 @@ void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values) {
   }
   const TraceFrame& root = *frames_[0];
   for (size_t i = 0; i < root.locals.size(); ++i) {
-    if (root.dirty[i]) values.push_back(root.locals[i]);
+    if (!root.dirty[i]) continue;
+    Value* gen = live_generator_in(root.locals[i]);
+    // At a return the frame's locals go: a generator held only there is closed by Python.
+    if (returning && gen != nullptr && root.locals[i].get() == gen && closes_quietly(*gen)) continue;
+    values.push_back(root.locals[i]);
   }
   values.insert(values.end(), root.stack.begin(), root.stack.end());
   for (const ValuePtr& value : values) {
@@ -542,7 +562,7 @@ void Tracer::finish(const ValuePtr& value) {
     if (null_above) push(Value::null());
     return;
   }
-  check_root_state_at_exit({value});
+  check_root_state_at_exit({value}, /*returning=*/true);
   check_context_tokens({value});  // (the frame's locals end with it)
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;

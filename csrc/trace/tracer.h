@@ -90,6 +90,7 @@ struct TraceFrame {
   bool lazy_generator = false;
   GenMode gen_mode = GenMode::kStep;
   int exhausted_pc = -1;
+  int suspended_at = -1;  // code unit of the yield it last stopped at (-1: not started)
   ValuePtr next_default;  // kNext
   Value* owner = nullptr;
   ValuePtr owner_kept;    // kNext: the iterator, which only the CALL's arguments held
@@ -504,7 +505,9 @@ class Tracer {
   // Before a region's exit state is built: a live generator in the root frame's stack or
   // changed locals (or in `values`) throws InlineBreak at the call that made it; an except
   // block open in the root frame, at the raise that entered it.
-  void check_root_state_at_exit(std::vector<ValuePtr> values);
+  // `returning`: the frame's locals end with the region (a generator half run there is dropped
+  // where Python's close() of it would do nothing).
+  void check_root_state_at_exit(std::vector<ValuePtr> values, bool returning = false);
   void end_at(const Instr& ins, const Unsupported& why);
   void build_exit_state(ExitKind kind);
   void add_number_checks(RegionExit& exit);

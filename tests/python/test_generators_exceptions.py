@@ -137,6 +137,38 @@ def test_itertools_count_and_cycle_step_in_the_trace():
     assert compiled_and_eager(counts_and_cycles, x, xs) == (1, ["return"])
 
 
+CLOSED = []
+
+
+def closes_with_a_finally(x):
+    try:
+        yield x
+        yield x * 2
+    finally:
+        CLOSED.append("closed")  # runs when Python closes it half run
+
+
+def steps_a_generator_by_hand(x):
+    g = multiples(x, 3)
+    first, second = next(g), next(g)  # left half run in a local at the return
+    return first + second
+
+
+def steps_one_with_a_finally(x):
+    g = closes_with_a_finally(x)
+    return next(g) + 1
+
+
+def test_a_generator_half_run_in_a_local_at_the_return_is_dropped_if_closing_it_does_nothing():
+    x = torch.randn(3)
+    assert compiled_and_eager(steps_a_generator_by_hand, x) == (1, ["return"])
+    # a finally block would run when Python closes it: that generator is Python's to make
+    CLOSED.clear()
+    compiled = framejit.compile(steps_one_with_a_finally, backend=CompileCounter())
+    assert same(compiled(x), x + 1) and CLOSED == ["closed"]
+    assert "call" in [r["exit"] for r in regions(steps_one_with_a_finally)]
+
+
 def test_a_generator_reads_what_changes_between_calls():
     # What the generator's frame reads is guarded like any inlined frame's: a stale count would
     # be the worst bug.
