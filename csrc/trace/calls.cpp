@@ -724,9 +724,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   py::object callable = fn->obj;
   if (callable.ptr() == refs.mapping_get.ptr() && kwargs.empty()) {  // os.environ.get(key[, default])
-    // (self bound to the value, or first among the arguments after LOAD_METHOD)
-    const size_t self_at = fn->bound_self ? 0 : 1;
-    const ValuePtr self = fn->bound_self ? fn->bound_self : (args.empty() ? nullptr : args[0]);
+    const auto [self, self_at] = method_receiver(fn, args);
     if (self && (args.size() == self_at + 1 || args.size() == self_at + 2)) {
       const ValuePtr fallback = args.size() == self_at + 2 ? args[self_at + 1] : Value::constant(py::none());
       if (ValuePtr found = environ_lookup(self, args[self_at], fallback, false)) return found;

@@ -23,6 +23,18 @@ ValuePtr wrap_unsourced(py::object value);
 // same way.
 ValuePtr class_data(py::object value);
 
+// A method call's receiver: self bound to the function's value (LOAD_ATTR), or the first argument
+// (after LOAD_METHOD); `at`: where the method's own arguments start. `self` is null for a call
+// with neither.
+struct MethodReceiver {
+  ValuePtr self;
+  size_t at = 0;
+};
+inline MethodReceiver method_receiver(const ValuePtr& fn, const std::vector<ValuePtr>& args) {
+  if (fn->bound_self) return {fn->bound_self, 0};
+  return {args.empty() ? nullptr : args[0], 1};
+}
+
 // Whether a guard can compare this key (of a dict read by source) or item (of a set read by
 // source) by value: str, int, bool or None.
 inline bool guard_comparable(PyObject* obj) {

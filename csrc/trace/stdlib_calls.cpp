@@ -3,7 +3,6 @@
 // `logger.debug(...)` is nothing in the trace and `logger.isEnabledFor(level)` a constant, each
 // guarded by what the answer read; and contextvars.ContextVar's get / set / reset, the value read
 // by source and a set replayed at the region's exit.
-#include <cctype>
 #include <optional>
 #include <string>
 #include <utility>
@@ -41,13 +40,11 @@ struct LoggingRefs {
       py::handle cls(r.logger_type);
       r.is_enabled_for = kept(cls.attr("isEnabledFor"));
       r.log = kept(cls.attr("log"));
-      for (const char* name : {"debug", "info", "warning", "error", "exception", "critical", "fatal"}) {
-        std::string upper(name);
-        for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-        if (upper == "FATAL") upper = "CRITICAL";
-        if (upper == "EXCEPTION") upper = "ERROR";
-        const int level = logging.attr(upper.c_str()).cast<int>();
-        r.at_level.emplace_back(kept(cls.attr(name)), level);
+      const std::pair<const char*, const char*> methods[] = {
+          {"debug", "DEBUG"}, {"info", "INFO"},         {"warning", "WARNING"}, {"error", "ERROR"},
+          {"exception", "ERROR"}, {"critical", "CRITICAL"}, {"fatal", "CRITICAL"}};
+      for (const auto& [name, level] : methods) {
+        r.at_level.emplace_back(kept(cls.attr(name)), logging.attr(level).cast<int>());
       }
       return r;
     }();
@@ -84,6 +81,9 @@ struct ContextRefs {
   }
   const char* name_of(PyObject* fn) const {
     return fn == get ? "get" : fn == set ? "set" : fn == reset ? "reset" : nullptr;
+  }
+  PyObject* by_name(const std::string& name) const {
+    return name == "get" ? get : name == "set" ? set : name == "reset" ? reset : nullptr;
   }
 };
 
@@ -125,18 +125,15 @@ ValuePtr Tracer::stdlib_call(const ValuePtr& fn, const std::vector<ValuePtr>& ar
   const LoggingRefs& refs = LoggingRefs::get();
   PyObject* callable = fn->obj.ptr();
   if (callable == refs.get_logger && !fn->bound_self) return logger_lookup(args, kwargs);
-  if (const char* method = ContextRefs::get_refs().name_of(callable)) {
-    // bound by context_var_method, or [descriptor, var] after LOAD_METHOD
-    if (fn->bound_self) return context_var_call(method, fn->bound_self, args, kwargs);
-    if (args.empty()) return nullptr;
-    return context_var_call(method, args[0], {args.begin() + 1, args.end()}, kwargs);
-  }
-  // A Logger method: self bound to the value, or first among the arguments after LOAD_METHOD.
+  const char* context_method = ContextRefs::get_refs().name_of(callable);
+  // A Logger method's level (-1: given as its argument), -2 for any other function.
   const int fixed = callable == refs.is_enabled_for ? -1 : refs.level_of(callable);
-  if (fixed == -2) return nullptr;
-  const size_t self_at = fn->bound_self ? 0 : 1;
-  const ValuePtr self = fn->bound_self ? fn->bound_self : (args.empty() ? nullptr : args[0]);
+  if (context_method == nullptr && fixed == -2) return nullptr;
+  const auto [self, self_at] = method_receiver(fn, args);
   if (!self) return nullptr;
+  if (context_method != nullptr) {
+    return context_var_call(context_method, self, {args.begin() + static_cast<long>(self_at), args.end()}, kwargs);
+  }
   const bool takes_level = fixed == -1;  // isEnabledFor(level), log(level, msg, ...)
   if (callable == refs.is_enabled_for && (args.size() != self_at + 1 || !kwargs.empty())) return nullptr;
   if (takes_level && args.size() < self_at + 1) return nullptr;
@@ -187,8 +184,7 @@ ValuePtr Tracer::context_var_method(const ValuePtr& base, const std::string& nam
       base->source < 0 || !PyContextVar_CheckExact(base->obj.ptr())) {
     return nullptr;  // (read by source: its type is guarded)
   }
-  const ContextRefs& refs = ContextRefs::get_refs();
-  PyObject* descriptor = name == "get" ? refs.get : name == "set" ? refs.set : name == "reset" ? refs.reset : nullptr;
+  PyObject* descriptor = ContextRefs::get_refs().by_name(name);
   if (descriptor == nullptr) return nullptr;
   ValuePtr method = Value::object(py::reinterpret_borrow<py::object>(descriptor));
   method->bound_self = base;

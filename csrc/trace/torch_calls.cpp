@@ -35,9 +35,9 @@ bool changes_shape_inplace(const std::string& target_text) {
 bool computes_known(const std::string& target_text) {
   if (target_text.empty() || target_text.back() == '_') return false;  // (in place)
   const auto dot = target_text.rfind('.');
-  if (dot != std::string::npos) {
-    const std::string owner = target_text.substr(0, dot);
-    if (owner != "torch" && owner != "operator") return false;
+  if (dot != std::string::npos && target_text.compare(0, dot, "torch") != 0 &&
+      target_text.compare(0, dot, "operator") != 0) {
+    return false;
   }
   return base_name_in(target_text, {"tensor", "as_tensor", "scalar_tensor", "div", "true_divide",
                                     "truediv", "floor_divide", "floordiv", "remainder", "mod",
@@ -532,13 +532,14 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
       return kw.first == "out";  // torch.maximum(a, b, out=a): its effect is the write
     });
     const bool pure = !inplace && !writes && computes_known(target_text);
+    TensorMeta meta = GraphRecorder::meta_of(result, device);
     // (before the node takes the arguments)
     py::object known;
     std::vector<ValuePtr> known_from;
-    if (pure && result.attr("numel")().cast<int64_t>() <= 1) {
-      known = compute_known(is_method, fn, method, args, kwargs, known_from);
-    }
-    Node* node = call_node({GraphRecorder::meta_of(result, device)}, false);
+    int64_t elements = 1;  // (capped at 2: whether there is more than one)
+    for (int64_t n : meta.sizes) elements = std::min<int64_t>(elements * n, 2);
+    if (pure && elements <= 1) known = compute_known(is_method, fn, method, args, kwargs, known_from);
+    Node* node = call_node({std::move(meta)}, false);
     node->pure = pure;  // (deterministic, no effect: dropped where its value became a constant)
     if (inplace) return args[0];
     ValuePtr out = Value::tensor(node, result, device);

@@ -262,34 +262,37 @@ void Tracer::check_root_state_at_exit(std::vector<ValuePtr> values, bool returni
     }
   }
   const TraceFrame& root = *frames_[0];
-  for (size_t i = 0; i < root.locals.size(); ++i) {
-    if (!root.dirty[i]) continue;
-    Value* gen = live_generator_in(root.locals[i]);
-    // At a return the frame's locals go: a generator held only there is closed by Python.
-    if (returning && gen != nullptr && root.locals[i].get() == gen && closes_quietly(*gen)) continue;
-    values.push_back(root.locals[i]);
-  }
+  const size_t given = values.size();
   values.insert(values.end(), root.stack.begin(), root.stack.end());
-  for (const ValuePtr& value : values) {
-    if (Value* gen = live_generator_in(value)) {
+  std::vector<ValuePtr> locals;  // the changed ones, written back by the exit
+  for (size_t i = 0; i < root.locals.size(); ++i) {
+    if (root.dirty[i]) locals.push_back(root.locals[i]);
+  }
+  auto check_generators = [&](const std::vector<ValuePtr>& kept, bool dropped_if_quiet) {
+    for (const ValuePtr& value : kept) {
+      Value* gen = live_generator_in(value);
+      if (gen == nullptr) continue;
+      // At a return the frame's locals go: a generator held only there is closed by Python.
+      if (dropped_if_quiet && value.get() == gen && closes_quietly(*gen)) continue;
       // Only the trace could go on running it: traced again with the call that made it left
       // to Python, which then makes a real generator.
       throw InlineBreak{gen->gen_frame->made_at,
                         "the region ends with the generator half run: " + exits_.exit().reason};
     }
+  };
+  check_generators(locals, returning);
+  check_generators(values, false);
+  // ContextVar tokens: at a return only in the result (the frame's stack and locals go).
+  if (returning) {
+    values.resize(given);
+  } else {
+    values.insert(values.end(), locals.begin(), locals.end());
   }
+  check_context_tokens(values);
 }
 
 void Tracer::build_exit_state(ExitKind kind) {
   check_root_state_at_exit({});
-  {
-    const TraceFrame& root = *frames_[0];
-    std::vector<ValuePtr> kept(root.stack.begin(), root.stack.end());
-    for (size_t i = 0; i < root.locals.size(); ++i) {
-      if (root.dirty[i]) kept.push_back(root.locals[i]);
-    }
-    check_context_tokens(kept);
-  }
   RegionExit& exit_ = exits_.exit();
   exit_.kind = kind;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);
@@ -563,7 +566,6 @@ void Tracer::finish(const ValuePtr& value) {
     return;
   }
   check_root_state_at_exit({value}, /*returning=*/true);
-  check_context_tokens({value});  // (the frame's locals end with it)
   RegionExit& exit_ = exits_.exit();
   exit_.kind = ExitKind::kReturn;
   for (const PendingWrite& write : effects_.writes()) entry_.guard_not_aliased(write.target, write.name);

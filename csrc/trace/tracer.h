@@ -505,8 +505,10 @@ class Tracer {
   // Before a region's exit state is built: a live generator in the root frame's stack or
   // changed locals (or in `values`) throws InlineBreak at the call that made it; an except
   // block open in the root frame, at the raise that entered it.
-  // `returning`: the frame's locals end with the region (a generator half run there is dropped
-  // where Python's close() of it would do nothing).
+  // Throws InlineBreak where the exit would keep what only the trace can hold: a generator half
+  // run, a ContextVar token (check_context_tokens). `returning`: the frame's locals end with the
+  // region (a generator half run there is dropped where Python's close() of it would do nothing;
+  // tokens there do not matter).
   void check_root_state_at_exit(std::vector<ValuePtr> values, bool returning = false);
   void end_at(const Instr& ins, const Unsupported& why);
   void build_exit_state(ExitKind kind);
