@@ -217,15 +217,15 @@ def test_get_with_a_default_prefers_it_to_the_variables_own():
 
     def f(x):
         override = scale.get(None)  # None where the context has no value (not scale's 1.0)
-        return x if override is None else x * override
+        return (x, "unset") if override is None else (x * override, "set")
 
     counter = CompileCounter()
     compiled = framejit.compile(f, backend=counter)
     empty = contextvars.Context()
-    assert same(empty.run(compiled, x), x) and same(empty.run(f, x), x)
+    assert same(empty.run(compiled, x), (x, "unset")) and same(empty.run(f, x), (x, "unset"))
     scale.set(3.0)
-    assert same(compiled(x), x * 3.0)
-    assert same(empty.run(compiled, x), x)  # unset again: the first version's guards hold
+    assert same(compiled(x), (x * 3.0, "set"))
+    assert same(empty.run(compiled, x), (x, "unset"))  # unset again: the first version's guards hold
     assert counter.frame_count == 1  # (the unset version has no op: no graph)
     assert len(regions(f)) == 2
     scale.set(1.0)
