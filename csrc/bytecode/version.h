@@ -91,4 +91,16 @@ inline bool dict_version_tracks_writes(PyObject* dict) {
   return true;
 }
 
+// What a weakref.ref refers to (New), None where it is dead; NULL with an exception set for
+// an object that is no weakref. 3.13 deprecates PyWeakref_GetObject (a borrowed reference).
+inline PyObject* weakref_target(PyObject* ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* target = nullptr;
+  if (PyWeakref_GetRef(ref, &target) < 0) return nullptr;
+  return target != nullptr ? target : Py_NewRef(Py_None);
+#else
+  return Py_XNewRef(PyWeakref_GetObject(ref));
+#endif
+}
+
 }  // namespace framejit::pyver

@@ -168,6 +168,15 @@ Source SourceTable::context_value(int base, py::object unset) const {
   return s;
 }
 
+Source SourceTable::weak_target(int base) const {
+  Source s;
+  s.kind = SourceKind::kWeakTarget;
+  s.base = base;
+  s.text = sources_[base].text + "()";
+  s.name_hint = sources_[base].name_hint + "_target";
+  return s;
+}
+
 Source SourceTable::item_by_object(int base, py::object key, int key_slot) const {
   Source s;
   s.kind = SourceKind::kItem;
@@ -223,6 +232,13 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
         return nullptr;
       }
       return value;
+    }
+    case SourceKind::kWeakTarget: {
+      PyObject* ref = slots[s.base];
+      if (ref == nullptr || !PyWeakref_CheckRefExact(ref)) return nullptr;
+      PyObject* target = pyver::weakref_target(ref);
+      if (target == nullptr) PyErr_Clear();
+      return target;
     }
     case SourceKind::kAttr: {
       PyObject* base = slots[s.base];

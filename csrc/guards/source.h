@@ -21,6 +21,7 @@ enum class SourceKind : uint8_t {
   kGlobalsDict,  // the frame's globals dict itself (identity-guarded where a region writes it)
   kContextValue,  // the value of the contextvars.ContextVar in slot `base` in the running context
                   // (where unset: `key` if set, else the variable's default, else unreadable)
+  kWeakTarget,    // what the weakref.ref in slot `base` refers to: r(), None once it is dead
 };
 
 struct Source {
@@ -101,6 +102,7 @@ class SourceTable {
   // The value the ContextVar read from `base` has now: var.get(), or, with `unset`, the value
   // set in the running context, `unset` where it has none.
   Source context_value(int base, py::object unset = py::object()) const;
+  Source weak_target(int base) const;
   // slot `base`[the object read from slot `key_slot`]: a dict keyed by objects that hash by
   // identity (an optimizer's state, keyed by parameters), named after the key's source.
   Source item_by_object(int base, py::object key, int key_slot) const;

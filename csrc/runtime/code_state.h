@@ -3,8 +3,10 @@
 
 #include <Python.h>
 
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bytecode/decode.h"
@@ -14,6 +16,7 @@
 #include "guards/source.h"
 #include "region/exit.h"
 #include "region/rebuild.h"
+#include "trace/sizes.h"
 #include "trace/trace_host.h"
 
 namespace framejit {
@@ -98,6 +101,9 @@ struct CodeState {
   // Automatic dynamic shapes: the input sizes each place compiled for, by (compile context id,
   // pc, source text), and the dims seen to change (python/framejit/_dynamic.py keeps them).
   py::dict sizes_seen;
+  // Numbers in the middle of the frame each place pinned, by (compile context id, pc): see
+  // PinnedNumbers (trace/sizes.h).
+  std::map<std::pair<uint64_t, int>, PinnedNumbers> pinned_numbers;
 
   // The regions that start at `pc`, oldest first: the lookup at each region entry reads only
   // these (one index, no hashing), so it does not grow with the regions elsewhere in the frame.

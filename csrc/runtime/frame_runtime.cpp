@@ -230,6 +230,8 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
       traced->sizes().set_symbolic(symbolic_sizes);
       traced->sizes().set_number_inputs(ctx.any_sizes);
+      // dynamic=True keeps every number in the middle of the frame a run-time number.
+      if (ctx.dynamic != 1) traced->sizes().set_pinned_numbers(&state.pinned_numbers[{ctx.id, pc}]);
       traced->set_compiling_answer(compiling_answer);
       try {
         traced->run();

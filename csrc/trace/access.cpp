@@ -390,6 +390,9 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         }
         return bind_class_attribute(kind, found, base, base, name);
       }
+      if (kind == AttrKind::kMissing) {
+        if (ValuePtr hook = missing_attribute_hook(base, name, how)) return hook;
+      }
       break;
     }
     default:
@@ -554,6 +557,33 @@ void guard_instance_dict(Tracer& t, const ValuePtr& base, const std::string& sto
 }
 
 }  // namespace
+
+ValuePtr Tracer::missing_attribute_hook(const ValuePtr& base, const std::string& name, AttrLookup how) {
+  // Python calls type(obj).__getattr__(obj, name) for a name that neither the class nor the
+  // instance has (a wrapper forwarding to what it wraps: PEFT's models, a module's
+  // `__getattr__` that tries super() first). Inlined like a class's own __getattribute__.
+  PyObject* obj = base->obj.ptr();
+  if (how == AttrLookup::kGeneric || base->source < 0 || base->is_special_object() ||
+      base->bound_self || PyType_Check(obj)) {
+    return nullptr;
+  }
+  static PyObject* const kGetattr = PyUnicode_InternFromString("__getattr__");
+  PyObject* hook = _PyType_Lookup(Py_TYPE(obj), kGetattr);  // Borrowed
+  if (hook == nullptr || !PyFunction_Check(hook) || !is_user_function(host_, hook)) return nullptr;
+  if (how != AttrLookup::kInlinable) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "attribute '{}' of {}, made by its class's __getattr__, "
+                   "here", name, base->describe());
+  }
+  // Missing while the class and the instance dict still lack it; the hook stays that function.
+  guard_class_attribute(base, name, false);
+  guard_class_attribute(base, "__getattr__", true, /*same_object=*/true);
+  if (has_instance_dict(obj)) guard_instance_dict(*this, base, "__dict__", name, false);
+  ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(hook));
+  read->role = ObjRole::kAttrHook;
+  read->bound_self = base;
+  read->method = name;
+  return read;
+}
 
 void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
                                    bool same_object) {

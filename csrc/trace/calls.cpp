@@ -157,8 +157,10 @@ bool iterable_items(const ValuePtr& v, std::vector<ValuePtr>& out) {
       static_cast<size_t>(PyObject_Size(v->obj.ptr())) > kMaxItems) {
     return false;
   }
+  // (a mapping proxy answered at trace time, inspect.signature(f).parameters: its keys)
+  const bool proxy = v->is_const() && v->source < 0 && Py_IS_TYPE(v->obj.ptr(), &PyDictProxy_Type);
   if (v->is_const() && (PyTuple_Check(v->obj.ptr()) || PyRange_Check(v->obj.ptr()) ||
-                         PyList_CheckExact(v->obj.ptr()) || ordered_set(v))) {
+                         PyList_CheckExact(v->obj.ptr()) || ordered_set(v) || proxy)) {
     for (py::handle item : v->obj) {
       out.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
@@ -518,6 +520,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (fn->is(ObjRole::kNewObject)) {
     return call(new_object_attr(fn, "__call__"), std::move(args), std::move(kwargs));
+  }
+  if (fn->is(ObjRole::kPlain) && !fn->bound_self && fn->source >= 0 && args.empty() &&
+      kwargs.empty() && PyWeakref_CheckRefExact(fn->obj.ptr())) {
+    // r() of a weakref.ref read by source: what it refers to now (None once dead), read by a
+    // source of its own, so guarded like any value read (a dead or changed referent compiles
+    // again).
+    if (ValuePtr target = entry_.load(entry_.sources().weak_target(fn->source))) return target;
   }
   if (fn->is(ObjRole::kPartial)) {
     ValuePtr out = partial_call(fn, fn->obj, args, kwargs);
@@ -1122,6 +1131,30 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(py::bool_(result == 1));
       }
     }
+    if (name == "id" && args.size() == 1) {
+      const ValuePtr& v = args[0];
+      if (v->is_tensor() && v->source >= 0 && v->node->kind == NodeKind::kPlaceholder) {
+        // A tensor input: a new object each call, so its id stands only for its identity.
+        ValuePtr identity = Value::object(py::int_(reinterpret_cast<uintptr_t>(v->obj.ptr())));
+        identity->role = ObjRole::kIdentity;
+        identity->bound_self = v;
+        return identity;
+      }
+      if (v->is(ObjRole::kPlain) && !v->bound_self && v->source >= 0 && !v->is_tensor()) {
+        // An object read by source (a module, a config): its id, the object guarded by identity.
+        entry_.guard_id(v->source, v->obj.ptr());
+        return Value::constant(py::int_(reinterpret_cast<uintptr_t>(v->obj.ptr())));
+      }
+    }
+    if (name == "issubclass" && args.size() == 2 && is_pinned_object(args[0]) &&
+        PyType_Check(args[0]->obj.ptr())) {
+      // (a class held as a value: its identity is what the trace pins it by)
+      if (py::object classes = class_info(args[1])) {
+        const int result = PyObject_IsSubclass(args[0]->obj.ptr(), classes.ptr());
+        if (result < 0) throw py::error_already_set();
+        return Value::constant(py::bool_(result == 1));
+      }
+    }
     if ((name == "tuple" || name == "list") && args.size() == 1 && args[0]->is_sequence()) {
       // A new container of the same items (tensors included).
       if (name == "tuple") return Value::tuple(args[0]->items);
@@ -1249,9 +1282,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
           FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() raised at trace time: {}",
                             callable_name(callable), e.what());
         }
-        // A size stays symbolic through builtins that give a number (max(n, 1), math.sqrt(d));
-        // range(n), str(n), ... need its value.
-        if (!sizes || PyLong_CheckExact(result.ptr()) || PyFloat_CheckExact(result.ptr())) {
+        // A number stays symbolic through builtins that give a number (max(n, 1),
+        // math.sqrt(d)); range(n), str(n), ... need its value: pinned where it can be
+        // (concretize), else a run-time value of its own.
+        const bool number_result = PyLong_CheckExact(result.ptr()) || PyFloat_CheckExact(result.ptr());
+        if (!number_result) {
+          for (auto& a : args) a = sizes_.concretize(a);
+        }
+        if (number_result || !all_constant(args, kwargs)) {
           ValuePtr number = Value::sym_num(callable, std::move(args), result);
           note_runtime_number(number);
           return number;

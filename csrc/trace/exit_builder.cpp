@@ -153,8 +153,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
                         value);
       }
       if (value->remake) {  // a module the trace made: a fresh one, as every call makes
-        return memoised(Rebuild::call(PyRefs::get().support.attr("remake"),
-                                      {Rebuild::constant(value->remake)}),
+        std::vector<Rebuild> parts = {Rebuild::constant(value->remake)};
+        if (value->cause) parts.push_back(rebuild_of(value->cause));  // raise ... from cause
+        return memoised(Rebuild::call(PyRefs::get().support.attr("remake"), std::move(parts)),
                         value);
       }
       if (value->role == ObjRole::kGradManager) {  // a fresh, not yet entered manager
@@ -178,6 +179,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       }
       if (value->role == ObjRole::kWithExit) {  // the bound __exit__ of a block the region ends inside
         return Rebuild::call(PyRefs::get().support.attr("bound_exit"), {rebuild_of(value->bound_self)});
+      }
+      if (value->role == ObjRole::kIdentity) {  // id(t) of a tensor input, as it is in this call
+        return Rebuild::call(py::module_::import("builtins").attr("id"), {rebuild_of(value->bound_self)});
       }
       if (value->role == ObjRole::kNullExit) {
         return Rebuild::constant(PyRefs::get().support.attr("null_exit"));

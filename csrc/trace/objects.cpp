@@ -321,7 +321,8 @@ bool constant_items(SizeTracker& sizes, const ValuePtr& value, py::list& out) {
   if (!value->is_const()) return false;
   PyObject* obj = value->obj.ptr();
   if (!(PyTuple_CheckExact(obj) || PyList_CheckExact(obj) || PyAnySet_CheckExact(obj) ||
-        PyUnicode_CheckExact(obj) || PyDict_CheckExact(obj) || Py_TYPE(obj) == &PyRange_Type)) {
+        PyUnicode_CheckExact(obj) || PyDict_CheckExact(obj) || Py_TYPE(obj) == &PyRange_Type ||
+        (Py_TYPE(obj) == &PyDictProxy_Type && value->source < 0))) {  // signature.parameters
     return false;
   }
   for (py::handle item : value->obj) out.append(item);

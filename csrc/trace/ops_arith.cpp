@@ -418,6 +418,7 @@ bool compares_as_builtin_value(const ValuePtr& v) {
 }
 
 bool op_compare_value(Tracer& t, const Instr& i);
+bool same_identity(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs);
 
 void op_compare(Tracer& t, const Instr& i) {
   const bool inlined = op_compare_value(t, i);
@@ -436,6 +437,12 @@ bool op_compare_value(Tracer& t, const Instr& i) {
   FJ_CHECK(index >= 0 && index < 6, "COMPARE_OP {}", i.arg);
   ValuePtr rhs = t.pop();
   ValuePtr lhs = t.pop();
+  if (lhs->is(ObjRole::kIdentity) && rhs->is(ObjRole::kIdentity) && (index == Py_EQ || index == Py_NE)) {
+    // id(a) == id(b): `a is b`.
+    const bool same = same_identity(t, lhs->bound_self, rhs->bound_self);
+    t.push(Value::constant(py::bool_(index == Py_EQ ? same : !same)));
+    return false;
+  }
   const std::string fn = kCompareOps[index].fn;
   if ((!lhs->is_const() || !rhs->is_const()) && compares_as_builtin_value(lhs) &&
       compares_as_builtin_value(rhs)) {
@@ -582,9 +589,8 @@ bool not_a_tensor(const ValuePtr& v) {
          !PyObject_TypeCheck(v->obj.ptr(), reinterpret_cast<PyTypeObject*>(PyRefs::get().tensor_type.ptr()));
 }
 
-void op_is(Tracer& t, const Instr& i) {
-  ValuePtr rhs = t.pop();
-  ValuePtr lhs = t.pop();
+// `lhs is rhs`, decided at trace time and guarded where it depends on the entry state.
+bool same_identity(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs) {
   bool same;
   if (lhs == rhs) {
     same = true;
@@ -602,6 +608,15 @@ void op_is(Tracer& t, const Instr& i) {
     // Two tensor values, one made by an op of the trace: a new object, never another value
     // (an in-place op gives back the very value it changed).
     same = false;
+  } else if (lhs->is_tensor() && rhs->is_tensor() && lhs->source >= 0 && rhs->source >= 0) {
+    // Two inputs: one object read twice is one value, so these are two objects, as long as
+    // the guard keeps them apart.
+    same = t.entry().live_value(lhs->source) == t.entry().live_value(rhs->source);
+    if (same) {
+      t.entry().guard_same(lhs->source, rhs->source);
+    } else {
+      t.entry().guard_distinct(lhs->source, rhs->source);
+    }
   } else if ((lhs->is_const() && is_singleton(lhs->obj.ptr()) && is_container(rhs)) ||
              (rhs->is_const() && is_singleton(rhs->obj.ptr()) && is_container(lhs))) {
     same = false;  // `hidden_states is None` of a tuple: a tuple, list or dict is no None
@@ -610,6 +625,13 @@ void op_is(Tracer& t, const Instr& i) {
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "'is' between {} and {}", lhs->describe(), rhs->describe());
   }
+  return same;
+}
+
+void op_is(Tracer& t, const Instr& i) {
+  ValuePtr rhs = t.pop();
+  ValuePtr lhs = t.pop();
+  const bool same = same_identity(t, lhs, rhs);
   t.push(Value::constant(py::bool_(i.arg ? !same : same)));
 }
 

@@ -138,7 +138,23 @@ void op_raise_varargs(Tracer& t, const Instr& i) {
     if (!handled) FJ_UNSUPPORTED(kUnsupportedOpcode, "bare raise outside an except block of the trace");
     return t.raise_exception(handled);
   }
-  if (i.arg != 1) FJ_UNSUPPORTED(kUnsupportedOpcode, "raise ... from ... is not traced yet");
+  if (i.arg == 2) {  // raise exc from cause
+    ValuePtr cause = t.pop();
+    ValuePtr exc = exception_instance(t.pop());
+    if (!(cause->is_const() && cause->obj.is_none())) cause = exception_instance(cause);
+    const bool cause_ok = (cause->is_const() && cause->obj.is_none()) ||
+                          ((cause->kind == VKind::kObject || cause->kind == VKind::kConst) &&
+                           !cause->is_special_object() && PyExceptionInstance_Check(cause->obj.ptr()));
+    // Only an exception the trace made gets its __cause__ here (one read by source is the
+    // program's object, whose change would outlive the trace).
+    if (!cause_ok || exc->kind != VKind::kObject || !exc->remake || exc->source >= 0 ||
+        !PyExceptionInstance_Check(exc->obj.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "raise {} from {}", exc->describe(), cause->describe());
+    }
+    PyException_SetCause(exc->obj.ptr(), Py_NewRef(cause->obj.ptr()));  // steals; suppresses the context
+    exc->cause = std::move(cause);
+    return t.raise_exception(exc);
+  }
   t.raise_exception(exception_instance(t.pop()));
 }
 
@@ -156,6 +172,22 @@ void op_push_exc_info(Tracer& t, const Instr&) {
 void op_pop_except(Tracer& t, const Instr&) {
   t.pop();
   t.leave_handler();
+}
+
+// [exit, lasti, prev_exc, exc] -> [..., exc, exit(type(exc), exc, traceback)]: a with block's
+// body raised in the trace. The __exit__ of a manager the trace inlines is called with the
+// exception (its traceback None: the trace has none); its answer decides, as in Python,
+// whether the block swallows it. A mode manager's (no_grad, autocast) never swallows one.
+void op_with_except_start(Tracer& t, const Instr&) {
+  const ValuePtr exc = t.peek(0);
+  const ValuePtr exit = t.peek(3);
+  if (!exit->is(ObjRole::kWithExit) || (exc->kind != VKind::kObject && exc->kind != VKind::kConst)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "an exception leaving a with block of {}", exit->describe());
+  }
+  std::vector<ValuePtr> args = {
+      Value::object(py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(exc->obj.ptr())))),
+      exc, Value::constant(py::none())};
+  if (ValuePtr result = t.call(exit, std::move(args), {})) t.push(std::move(result));
 }
 
 // [exc, type] -> [exc, isinstance(exc, type)]
@@ -213,6 +245,10 @@ bool Tracer::enum_members(const ValuePtr& cls, std::vector<ValuePtr>& out) {
 
 ValuePtr Tracer::iterator_of(const ValuePtr& seq) {
   if (seq->kind == VKind::kIter) return seq;
+  if (seq->kind == VKind::kSymNum) {
+    // range(n) of a number of the entry state: its value, where this place may pin it.
+    if (ValuePtr pinned = sizes_.concretize(seq); pinned->is_const()) return iterator_of(pinned);
+  }
   // Iterated as it is at each step: the loop body may change it (lst.append, d[k] = v).
   if (seq->kind == VKind::kList || seq->kind == VKind::kDict) return Value::iter_over(seq);
   if (seq->is(ObjRole::kDictView)) {
@@ -310,6 +346,7 @@ void register_control_ops(HandlerTable& table) {
   set(Op::PUSH_EXC_INFO, op_push_exc_info);
   set(Op::POP_EXCEPT, op_pop_except);
   set(Op::CHECK_EXC_MATCH, op_check_exc_match);
+  set(Op::WITH_EXCEPT_START, op_with_except_start);
 }
 
 }  // namespace framejit

@@ -170,14 +170,49 @@ Node* SizeTracker::size_node(const ValuePtr& value) {
   return node;
 }
 
+ValuePtr SizeTracker::pin_steady_number(const ValuePtr& value) {
+  if (pinned_numbers_ == nullptr) return nullptr;
+  std::vector<ValuePtr> leaves;
+  collect_leaves(value, leaves);
+  std::vector<std::pair<std::string, py::object>> entry_numbers;
+  for (const auto& leaf : leaves) {
+    if (leaf->size_of) continue;  // pinned through its input's dims (specialize)
+    // A float stays a run-time number: in the middle of a frame it is most often data (the
+    // .item() a break stopped at), which would compile again on every call.
+    if (leaf->source < 0 || !PyLong_CheckExact(leaf->obj.ptr())) return nullptr;
+    const std::string& text = entry_.sources().at(leaf->source).text;
+    if (pinned_numbers_->varying.count(text)) return nullptr;
+    auto first = pinned_numbers_->first.find(text);
+    if (first != pinned_numbers_->first.end()) {
+      PyObject* before = first->second.ptr();
+      const int same = Py_TYPE(before) == Py_TYPE(leaf->obj.ptr())
+                           ? PyObject_RichCompareBool(before, leaf->obj.ptr(), Py_EQ)
+                           : 0;
+      if (same < 0) throw py::error_already_set();
+      if (same == 0) {
+        // Pinned by an earlier compile here to another value: the guard failed, and pinning
+        // it again would compile once per value (a loop counter).
+        pinned_numbers_->varying.insert(text);
+        return nullptr;
+      }
+    }
+    entry_numbers.emplace_back(text, leaf->obj);
+  }
+  for (auto& [text, number] : entry_numbers) pinned_numbers_->first.emplace(text, std::move(number));
+  return specialize(value);
+}
+
 ValuePtr SizeTracker::concretize(const ValuePtr& value) {
   if (value->kind == VKind::kSymNum) {
-    if (!value->is_size_expr()) return value;
+    if (!value->is_size_expr()) {
+      ValuePtr pinned = pin_steady_number(value);
+      return pinned ? pinned : value;
+    }
     // A comparison's result used as a value (`a == b or ...` left on the stack): its truth,
     // guarded as decide() guards a branch on it.
     return PyBool_Check(value->obj.ptr()) ? decide(value) : specialize(value);
   }
-  if (!value->holds_size_expr()) return value;
+  if (!value->holds_sym_num()) return value;
   ValuePtr copy = Value::map_items(value, [this](const ValuePtr& item) { return concretize(item); });
   if (copy->kind == VKind::kTuple && copy->is_constant_tree()) {
     return Value::constant(copy->as_python());  // torch.Size(...) again for a shape
@@ -306,7 +341,17 @@ ValuePtr SizeTracker::specialize(const ValuePtr& value) {
       note_dim_read(leaf->size_of, leaf->size_dim, "a size used as a Python value");
     } else {
       entry_.guard_const(leaf->source, leaf->obj.ptr());
+      pinned_sources_.insert(leaf->source);
     }
+  }
+  return Value::constant(value->obj);
+}
+
+ValuePtr SizeTracker::pinned_already(const ValuePtr& value) {
+  std::vector<ValuePtr> leaves;
+  collect_leaves(value, leaves);
+  for (const auto& leaf : leaves) {
+    if (leaf->size_of || !pinned_sources_.count(leaf->source)) return nullptr;
   }
   return Value::constant(value->obj);
 }

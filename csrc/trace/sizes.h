@@ -22,6 +22,17 @@
 
 namespace framejit {
 
+// Ints in the middle of a frame (EntryState: a loop counter, a config value held in a local
+// across a break; floats are not pinned) that one place, a compile context's entry pc, pinned to their values where
+// Python needed them, by source text: the value of the first compile that pinned each. A later
+// compile there that finds another value marks it varying, and from then on it stays a run-time
+// number at that place (automatic dynamic, as sizes are for backends that compile per size).
+// Kept by the runtime (CodeState), one per place.
+struct PinnedNumbers {
+  std::unordered_map<std::string, py::object> first;
+  std::unordered_set<std::string> varying;
+};
+
 class SizeTracker {
  public:
   SizeTracker(EntryState& entry, GraphRecorder& recorder);
@@ -37,6 +48,9 @@ class SizeTracker {
   // them such a float is pinned and guarded instead.
   void set_number_inputs(bool on) { number_inputs_ = on; }
   bool number_inputs() const { return number_inputs_; }
+  // Where a number in the middle of the frame may be pinned when Python needs its value (see
+  // PinnedNumbers); nullptr (the default): never, it stays a run-time number.
+  void set_pinned_numbers(PinnedNumbers* pinned) { pinned_numbers_ = pinned; }
 
   // Size `dim` of a tensor value: a size expression (symbolic), or a constant that specialises
   // the trace's sizes. `how` names the read for the guards log.
@@ -59,8 +73,16 @@ class SizeTracker {
   // where it gives the same answer (dim_ranges), a comparison of two inputs' own sizes
   // (`kv_length > q_length`) is guarded as that relation; anything else is specialize()d.
   ValuePtr decide(const ValuePtr& value);
-  // The value with every size expression in it pinned to its trace-time value.
+  // The value with every size expression in it pinned to its trace-time value, and every number
+  // of the entry state this place has not seen change (PinnedNumbers).
   ValuePtr concretize(const ValuePtr& value);
+  // `value` (a number holding entry numbers) pinned where this place has seen none of them
+  // change, recording their values; nullptr where one varies (it stays a run-time number), or
+  // where no place keeps such a record (dynamic=True).
+  ValuePtr pin_steady_number(const ValuePtr& value);
+  // Its value, where every number of the entry state in it was pinned already in this trace
+  // (its guard is there: a branch on it costs nothing more); nullptr otherwise.
+  ValuePtr pinned_already(const ValuePtr& value);
   // slice(start, stop[, step]) of the trace (BUILD_SLICE, BINARY_SLICE): with a size expression
   // among the bounds (`x[:, 0:T]`), a size expression of its own whose node makes the slice, so
   // a tensor indexed with it takes any T (anything else pins it: concretize); else a constant.
@@ -108,6 +130,8 @@ class SizeTracker {
   GraphRecorder& recorder_;
   bool symbolic_ = false;
   bool number_inputs_ = true;
+  PinnedNumbers* pinned_numbers_ = nullptr;
+  std::set<int> pinned_sources_;  // entry numbers specialize() guarded, by source slot
   std::string size_read_;  // the first read that pinned every size, "" if none
   std::vector<std::string> dim_reads_;
   std::map<int, std::set<int>> pinned_dims_;

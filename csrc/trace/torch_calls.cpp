@@ -383,7 +383,7 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   const std::string target_text = is_method ? method : refs.target_text(fn);
   // Numbers known only at run time: a float becomes a graph input (where the backend runs the
   // graph as it is); an int is pinned, since ints passed to torch are often sizes or dims that
-  // decide the output's shape.
+  // decide the output's shape, except an operator's operand seen to vary.
   SizeTracker& numbers = sizes();
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
@@ -392,6 +392,12 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
         ValuePtr lowered = std::make_shared<Value>(*v);
         lowered->node = numbers.size_node(v);
         return lowered;
+      }
+      if (PyLong_CheckExact(v->obj.ptr()) && !infix.empty() && numbers.number_inputs()) {
+        // An int operand of an operator (`x * 0.5 + i`) decides no shape: pinned while this
+        // place has seen one value, a graph input once it varies (a loop counter).
+        if (ValuePtr pinned = numbers.pin_steady_number(v)) return pinned;
+        return numbers.scalar_input(v);
       }
       return PyFloat_CheckExact(v->obj.ptr()) && numbers.number_inputs() ? numbers.scalar_input(v)
                                                                           : numbers.specialize(v);

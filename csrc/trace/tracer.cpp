@@ -458,6 +458,10 @@ bool Tracer::truthy(const ValuePtr& value) {
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
       if (value->is_size_expr()) return truthy(sizes_.decide(value));
+      // Decided only where its numbers are pinned already (`i < n - 1` after range(n)): a
+      // branch exit costs no compile, and a loop counter pinned here for the branch alone would
+      // compile again once it changes.
+      if (ValuePtr pinned = sizes_.pinned_already(value)) return truthy(pinned);
       FJ_UNSUPPORTED(kDataDependent, "branch on a number computed at run time");
     case VKind::kConst: {
       const int result = PyObject_IsTrue(value->obj.ptr());

@@ -207,6 +207,9 @@ class Tracer {
   // The second half of read_attribute, for what attr() gave: a property's getter or a
   // __getattribute__ hook is inlined (nullptr), anything else is the value.
   ValuePtr finish_read(const ValuePtr& attribute);
+  // A kAttrHook for `base.name` that Python finds nowhere, where type(base) has a __getattr__
+  // the trace can inline (the missing attribute guarded to stay missing); nullptr otherwise.
+  ValuePtr missing_attribute_hook(const ValuePtr& base, const std::string& name, AttrLookup how);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // base[key] for a constant key the dict lacks, where its class makes the value: a
   // defaultdict whose factory the trace calls (a lambda, a class, set: the call and the store

@@ -149,6 +149,15 @@ bool Value::holds_size_expr() const {
   return false;
 }
 
+bool Value::holds_sym_num() const {
+  if (kind == VKind::kSymNum) return true;
+  if (kind != VKind::kTuple && kind != VKind::kList && kind != VKind::kDict) return false;
+  for (const auto& item : items) {
+    if (item->holds_sym_num()) return true;
+  }
+  return false;
+}
+
 bool Value::is_constant_tree() const {
   switch (kind) {
     case VKind::kConst:

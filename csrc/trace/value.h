@@ -87,6 +87,8 @@ enum class ObjRole : uint8_t {
                       // obj: the variable; over: its value before the set (nullptr: as at the
                       // region's entry). Never leaves the region: one that would is traced
                       // again with that set left to Python
+  kIdentity,          // id(t) of a tensor input: obj: its id now; bound_self: the tensor. Only
+                      // compared with another (`id(a) == id(b)` is `a is b`, guarded)
   kDictView,          // d.keys() / d.values() / d.items(): method: which; over: the dict (a
                       // kDict of the trace, read as it is whenever the view is used, or a dict
                       // read by source: items holds its guarded snapshot, a list value)
@@ -164,6 +166,8 @@ struct Value {
   py::object remake;             // kObject made at trace time by a constructor the exit calls
                                  // again for a fresh one (nn.CrossEntropyLoss()): the
                                  // (class, args, kwargs) of _support.remake
+  ValuePtr cause;                // kObject exception with a remake, raised `from` another (or
+                                 // None) in the trace: its __cause__, set again when remade
   ValuePtr class_of;             // kObject function read off the class of this value (or off
                                  // this class), which has a source: the trace reads the
                                  // function's closure through it (Tracer::function_source)
@@ -214,6 +218,8 @@ struct Value {
   bool is_size_expr() const;
   // Whether a size expression occurs anywhere in this value (containers searched).
   bool holds_size_expr() const;
+  // Whether a number known only at run time (a kSymNum) occurs anywhere in this value.
+  bool holds_sym_num() const;
   // Whether a tensor is this value or among its items (containers, iterators), recursively.
   bool holds_tensor() const;
   // Whether this value (recursively) is fully known at trace time.

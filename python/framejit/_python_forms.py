@@ -400,8 +400,33 @@ class _GeneratorManager:
         return contextlib._GeneratorContextManager.__exit__(self, typ, value, traceback)
 
 
+class _Suppress:
+    """contextlib.suppress(*exceptions) in the trace: the block's exception is swallowed where
+    it is an instance of one of them. (An exception group is contextlib's to split: its own
+    __exit__, which the trace does not run, then ends the region. Rebuilt where a region ends
+    inside the block, this class runs in plain Python the same way.)"""
+
+    def __init__(self, exceptions):
+        self.exceptions = exceptions
+
+    def __enter__(self):
+        return None
+
+    def __exit__(self, typ, value, traceback):
+        if typ is None:
+            return False
+        if issubclass(typ, BaseExceptionGroup):
+            return contextlib.suppress(*self.exceptions).__exit__(typ, value, traceback)
+        return issubclass(typ, self.exceptions)
+
+
+def trace_suppress(*exceptions):
+    return _Suppress(exceptions)
+
+
 _NOT_YIELDED = object()
-FORM_CLASSES = (_GeneratorManager,)  # made in the trace like a user's class (plain_class_init)
+# Made in the trace like a user's class (plain_class_init).
+FORM_CLASSES = (_GeneratorManager, _Suppress)
 # A function @contextlib.contextmanager returns: its code is every decorated function's.
 _SAMPLE_MANAGER = contextlib.contextmanager(lambda: (yield))
 _CONTEXTMANAGER_CODE = _SAMPLE_MANAGER.__code__
@@ -450,6 +475,7 @@ _FORMS = {
     itertools.compress: trace_compress,
     operator.methodcaller: trace_methodcaller,
     os.getenv: trace_getenv,
+    contextlib.suppress: trace_suppress,
 }
 
 
@@ -686,6 +712,7 @@ def trace_module_call(module, forward, args, kwargs):
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
 for _helper in (trace_defaultdict_missing, trace_module_call, _islice_bound, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
+                _Suppress.__init__, _Suppress.__enter__, _Suppress.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):
     _C.allow_code(_helper.__code__)
 del _helper

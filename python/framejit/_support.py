@@ -74,6 +74,7 @@ _PURE_BUILTINS = {
     builtins.round, builtins.str, builtins.sum, builtins.tuple, builtins.type, builtins.range,
     builtins.sorted, builtins.list, builtins.hash, builtins.format, builtins.enumerate,
     builtins.zip, builtins.reversed, builtins.dict, builtins.slice,
+    builtins.id,  # (of a tensor input or an object read by source: see Tracer::call)
     deepcopy_kind, copy_kind,  # framejit's own: how copy.(deep)copy copies a class (_python_forms)
     typing.get_origin, typing.get_args,  # of annotations (strict dataclasses' validators)
 }
@@ -880,10 +881,17 @@ def _probe_size_rule(op, args, kwargs):
     return dims, pins
 
 
-def remake(spec):
-    """A fresh module, as the traced constructor call made it (see stateless_module)."""
+_NO_CAUSE = object()
+
+
+def remake(spec, cause=_NO_CAUSE):
+    """A fresh module or exception, as the traced constructor call made it (see
+    stateless_module); an exception the trace raised `from` another gets that __cause__."""
     cls, args, kwargs = spec
-    return cls(*args, **kwargs)
+    made = cls(*args, **kwargs)
+    if cause is not _NO_CAUSE:
+        made.__cause__ = cause  # (also sets __suppress_context__, as `raise ... from` does)
+    return made
 
 
 def mapping_base(cls):

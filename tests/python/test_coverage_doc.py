@@ -292,6 +292,18 @@ example("sum([x, x * 2])")(lambda x: sum([x, x * 2]))
 example("getattr(obj, \"size\", 1)")(lambda x: x * getattr(OBJ, "size", 1))
 
 
+class _Forwarding:
+    def __init__(self):
+        self.inner = types.SimpleNamespace(weight=2.0)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+FORWARDING = _Forwarding()
+example("forwarded.weight")(lambda x: x * FORWARDING.weight)
+
+
 class _RenamingConfig:
     attribute_map = {"width": "n_embd"}
 
@@ -874,11 +886,19 @@ def ex_counter_operator(x):
     return x * c["a"]
 
 
-@example("with contextlib.suppress(KeyError):")
+@example("with contextlib.ExitStack() as stack:")
 def ex_untraced_manager(x):
-    with contextlib.suppress(KeyError):
+    with contextlib.ExitStack():
         y = x * 2
     return y
+
+
+@example("with contextlib.suppress(KeyError): y = d[k]")
+def ex_suppress(x):
+    y = x
+    with contextlib.suppress(KeyError):
+        y = {"a": x * 2}["b"]
+    return y + 1
 
 
 @example('with torch.profiler.record_function("step"):')
@@ -1064,6 +1084,27 @@ def ex_raise(x):
         raise ValueError()
     except ValueError:
         return y
+
+
+class _Owned:
+    scale = 2.0
+
+
+_OWNED = _Owned()
+_OWNER_REF = __import__("weakref").ref(_OWNED)
+
+
+@example("obj = self._owner_ref()")
+def ex_weakref_call(x):
+    obj = _OWNER_REF()
+    return x * obj.scale
+
+
+@example("if id(x) == id(y):", make=lambda: (torch.randn(4, 4), torch.randn(4, 4)))
+def ex_id_compare(x, y):
+    if id(x) == id(y):
+        return x * 2
+    return x + y
 
 
 @example("raise ValueError() from None")

@@ -483,3 +483,59 @@ def test_str_and_repr_of_a_caught_exception_are_its_text():
     assert [r["exit"] for r in regions(reads_the_message)] == ["return"]
     # A class's own __str__ is Python code of its own: left to Python, with eager's result.
     assert same(framejit.compile(reads_an_own_message, backend=CompileCounter())(x), x * 8)
+
+
+def wraps_the_error(x):
+    try:
+        try:
+            raise KeyError("k")
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        cause = e.__cause__
+        x = x + len(str(e)) + (1 if isinstance(cause, KeyError) else 100)
+        x = x * (2 if e.__suppress_context__ else 3)
+    try:
+        raise ValueError("no cause") from None
+    except ValueError as e:
+        x = x - (1 if e.__cause__ is None and e.__suppress_context__ else 50)
+    return x
+
+
+def test_raise_from_inside_the_trace_sets_the_cause():
+    graphs, exits = compiled_and_eager(wraps_the_error, torch.randn(3))
+    assert graphs == 1 and exits == ["return"]
+
+
+def keeps_the_error(x):
+    try:
+        try:
+            raise KeyError("k")
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        err = e
+    return x * 2, err
+
+
+def test_an_exception_raised_from_another_leaves_the_trace_with_its_cause():
+    compiled = framejit.compile(keeps_the_error, backend=CompileCounter())
+    out, err = compiled(torch.ones(2))
+    assert same(out, torch.ones(2) * 2)
+    assert type(err) is RuntimeError and str(err) == "wrapped"
+    assert type(err.__cause__) is KeyError and err.__suppress_context__
+
+
+def test_raise_from_that_nothing_catches_reaches_the_caller_with_its_cause():
+    def f(x):
+        y = x * 2
+        try:
+            {}["missing"]
+        except KeyError as e:
+            raise ValueError("bad key") from e
+        return y
+
+    compiled = framejit.compile(f, backend=CompileCounter())
+    with pytest.raises(ValueError, match="bad key") as info:
+        compiled(torch.ones(2))
+    assert type(info.value.__cause__) is KeyError

@@ -570,3 +570,55 @@ def test_a_known_tensor_changed_in_place_is_not_known_and_writes_stay():
     compiled = framejit.compile(keeps_the_maximum_in_place, backend=CompileCounter())
     compiled(x, best)
     assert same(best, torch.maximum(torch.full((3,), -1.0), x))
+
+
+class Forwarding(nn.Module):
+    """A wrapper whose __getattr__ tries nn.Module's lookup first and then the wrapped module
+    (PEFT's models forward to their base model this way)."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = nn.Linear(4, 4)
+        self.scale = 2.0
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self.inner, name)
+
+    def forward(self, x):
+        return nn.functional.linear(x, self.weight, self.bias) * self.scale + self.inner(x)
+
+
+def test_a_class_getattr_forwarding_to_a_wrapped_module_is_inlined():
+    model = Forwarding()
+    counter, explained = compile_and_compare(model, torch.randn(2, 4))
+    assert counter.frame_count == 1 and explained.graph_break_count == 0
+
+
+def test_an_attribute_a_getattr_made_is_read_again_once_the_instance_has_it():
+    model = Forwarding()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    x = torch.randn(2, 4)
+    assert same(compiled(x), model(x))
+    # Now found on the class, without __getattr__: the guard that it was missing fails.
+    Forwarding.weight = property(lambda self: self.inner.weight * 0)
+    try:
+        assert same(compiled(x), model(x))
+        assert counter.frame_count == 2
+    finally:
+        del Forwarding.weight
+
+
+def keeps_accepted_kwargs(module, x, **kwargs):
+    import inspect
+    accepted = set(inspect.signature(module.forward).parameters)
+    kw = {k: v for k, v in kwargs.items() if k in accepted}
+    return module(x, **kw)
+
+
+def test_the_parameter_names_of_a_signature_are_a_set_in_the_trace():
+    counter, explained = compile_and_compare(keeps_accepted_kwargs, nn.Linear(4, 4), torch.randn(2, 4))
+    assert counter.frame_count == 1 and explained.graph_break_count == 0

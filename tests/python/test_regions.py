@@ -134,6 +134,60 @@ def test_a_slice_bound_read_from_a_local_mid_frame_is_pinned_not_a_deopt():
     assert all(r["graph_id"] >= 0 for r in tails)
 
 
+class RepeatsLayer(torch.nn.Module):
+    def __init__(self, loops):
+        super().__init__()
+        self.loops = loops
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        loops = self.loops
+        if x.sum().item() > 1e9:  # breaks: the rest starts mid-frame, `loops` a local there
+            x = x * 0
+        for i in range(loops):  # (Dory's recurrent loop: range(n_loops) of a config int)
+            x = self.lin(x) * (0.5 if i < loops - 1 else 1.0)
+        return x
+
+
+def test_an_int_local_mid_frame_is_pinned_where_python_needs_its_value():
+    counter = CompileCounter()
+    model = RepeatsLayer(3)
+    compiled = framejit.compile(model, backend=counter)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        assert same(compiled(x), model(x))
+    assert counter.frame_count == 2  # the sum, then the whole unrolled loop
+    tail = [r for r in regions(model.forward) if r["entry_pc"] > 0 and r["graph_id"] >= 0]
+    assert [r["exit"] for r in tail] == ["return"]
+    assert tail[0]["graph"].count("= torch.nn.functional.linear(") == 3
+    assert "L['loops']" in tail[0]["guards"]  # its value, guarded
+
+
+def repeats_by_count(x, counts):
+    loops = counts.sum().item()  # breaks: an int local where the rest starts
+    for i in range(loops):
+        x = x * 0.5 + i
+    return x
+
+
+def test_an_int_local_seen_with_another_value_stays_a_run_time_number_there():
+    counter = CompileCounter()
+    compiled = framejit.compile(repeats_by_count, backend=counter)
+    x = torch.randn(3)
+    for loops in (2, 2, 3, 4, 5, 3):
+        counts = torch.tensor([loops, 0])
+        assert same(compiled(x, counts), repeats_by_count(x, counts))
+    # Pinned to 2 by the first compile of the rest; 3 fails that guard, and from then on the
+    # loop is Python's at that place (an iterate exit per step): no compile per count.
+    compiles = counter.frame_count
+    for loops in (6, 7):
+        counts = torch.tensor([loops, 0])
+        assert same(compiled(x, counts), repeats_by_count(x, counts))
+    assert counter.frame_count == compiles
+    pinned = [r for r in regions(repeats_by_count) if "S[0] == 2" in r["guards"]]  # (.item()'s result)
+    assert len(pinned) == 1 and pinned[0]["exit"] == "return"
+
+
 def branch_on_number(x):
     n = x.sum().item()
     if n > 2:

@@ -1,11 +1,14 @@
 """Standard-library calls the tracer answers itself (csrc/trace/stdlib_calls.cpp): logging's
-level checks, and contextvars.ContextVar's get / set / reset. A disabled `logger.debug(...)` is nothing in the graph and `logger.isEnabledFor`
+level checks, contextvars.ContextVar's get / set / reset, contextlib.suppress (and an exception
+leaving a traced `with` block), weakref.ref calls and id(). A disabled `logger.debug(...)` is nothing in the graph and `logger.isEnabledFor`
 a constant, each guarded by what it read, so a level changed between calls compiles again and
 the record is logged; an enabled record ends the region (Python logs it), as under
 torch.compile. A ContextVar's value is read by source on every call, and the value a region
 leaves it with is set again at the region's exit."""
+import contextlib
 import contextvars
 import logging
+import weakref
 
 import pytest
 import torch
@@ -260,3 +263,128 @@ def test_reset_with_a_token_made_before_the_region():
     x = torch.randn(3)
     compiled = framejit.compile(f, backend=CompileCounter())
     assert same(compiled(x, scale.set(7.0)), x) and scale.get() == 1.0
+
+
+# --- contextlib.suppress, and exceptions leaving a with block -------------------------------
+
+
+def looks_up_with_suppress(x, table, key):
+    y = x
+    with contextlib.suppress(KeyError, IndexError):
+        y = x * table[key]
+        y = y + 100  # skipped where the lookup raised
+    return y + 1
+
+
+def test_suppress_swallows_a_missing_key_in_one_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(looks_up_with_suppress, backend=counter)
+    x = torch.ones(3)
+    for key in ("a", "b", "a"):
+        table = {"a": 2.0}
+        assert same(compiled(x, table, key), looks_up_with_suppress(x, table, key))
+    assert counter.frame_count == 2  # key present, key absent (its absence guarded)
+    assert all(r["exit"] == "return" for r in regions(looks_up_with_suppress))
+
+
+def test_suppress_lets_other_exceptions_through():
+    def f(x, table):
+        with contextlib.suppress(IndexError):
+            return x * table["missing"]
+
+    compiled = framejit.compile(f, backend=CompileCounter())
+    with pytest.raises(KeyError):
+        compiled(torch.ones(2), {})
+
+
+class Recording:
+    """A manager of the user's whose __exit__ sees the block's exception and swallows it."""
+
+    def __init__(self):
+        self.seen = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, typ, value, traceback):
+        self.seen.append(None if typ is None else typ.__name__)
+        return typ is ValueError
+
+
+def raises_inside_a_user_manager(x, rec):
+    with rec:
+        if x.dim() == 1:
+            raise ValueError("one dim")
+        x = x * 2
+    return x + 1
+
+
+def test_an_exception_leaving_a_with_block_is_handed_to_the_traced_exit():
+    rec, eager_rec = Recording(), Recording()
+    compiled = framejit.compile(raises_inside_a_user_manager, backend=CompileCounter())
+    x = torch.ones(3)
+    assert same(compiled(x, rec), raises_inside_a_user_manager(x, eager_rec))
+    assert rec.seen == eager_rec.seen == ["ValueError"]
+    assert [r["exit"] for r in regions(raises_inside_a_user_manager)] == ["return"]
+
+
+# --- weakref.ref and id() ----------------------------------------------------------------------
+
+
+class Holder:
+    def __init__(self, scale):
+        self.scale = scale
+
+
+def test_a_weakref_call_reads_its_referent_and_guards_it():
+    held = Holder(3.0)
+    ref = weakref.ref(held)
+
+    def f(x):
+        obj = ref()
+        return x * (obj.scale if obj is not None else 1.0)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.ones(2)
+    assert same(compiled(x), x * 3.0) and counter.frame_count == 1
+    held.scale = 5.0
+    assert same(compiled(x), x * 5.0)
+    del held  # dead: r() is None now, which the guard on r() sees
+    assert same(compiled(x), x)
+    assert counter.frame_count == 3
+
+
+def same_tensor_twice(x, y):
+    if id(x) == id(y):
+        return x * 2
+    return x + y
+
+
+def test_id_of_two_tensor_inputs_compares_their_identity_guarded():
+    counter = CompileCounter()
+    compiled = framejit.compile(same_tensor_twice, backend=counter)
+    a, b = torch.ones(2), torch.full((2,), 3.0)
+    assert same(compiled(a, b), a + b)
+    assert same(compiled(a, a), a * 2)
+    assert same(compiled(b, torch.ones(2)), b + 1)
+    assert counter.frame_count == 2
+    assert all(r["exit"] == "return" for r in regions(same_tensor_twice))
+
+
+def test_id_of_an_object_read_by_source_is_a_constant_guarded_by_identity():
+    seen = {}
+    layer = torch.nn.Linear(2, 2)
+
+    def f(x, module):
+        seen.setdefault(id(module), module)  # (a write into a dict made before: at the exit)
+        return module(x)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x = torch.randn(3, 2)
+    assert same(compiled(x, layer), layer(x))
+    other = torch.nn.Linear(2, 2)
+    assert same(compiled(x, other), other(x))
+    assert seen == {id(layer): layer, id(other): other}
+    assert counter.frame_count == 2
