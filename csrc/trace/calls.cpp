@@ -1086,11 +1086,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kBuiltin && callable.ptr() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
     return dict_call(args, kwargs);
   }
+  if (callable.ptr() == refs.ordered_dict_type.ptr()) {
+    // OrderedDict(...): a dict of the trace (it keeps its keys in order, as every dict does),
+    // rebuilt as an OrderedDict where it leaves the region; move_to_end / popitem(last=).
+    ValuePtr out = dict_call(args, kwargs);
+    out->pytype = callable;
+    return out;
+  }
   if (PyCFunction_Check(callable.ptr()) &&
-      PyCFunction_GET_SELF(callable.ptr()) == reinterpret_cast<PyObject*>(&PyDict_Type) &&
+      (PyCFunction_GET_SELF(callable.ptr()) == reinterpret_cast<PyObject*>(&PyDict_Type) ||
+       PyCFunction_GET_SELF(callable.ptr()) == refs.ordered_dict_type.ptr()) &&
       std::string(reinterpret_cast<PyCFunctionObject*>(callable.ptr())->m_ml->ml_name) == "fromkeys" &&
       kwargs.empty() && (args.size() == 1 || args.size() == 2)) {
-    // dict.fromkeys(keys, value=None): a new dict of the trace, each key to the one value.
+    // dict.fromkeys(keys, value=None): a new dict of the trace, each key to the one value
+    // (OrderedDict.fromkeys: an OrderedDict).
     std::vector<ValuePtr> keys;
     if (!iterable_items(sizes_.concretize(args[0]), keys)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "dict.fromkeys() of {}", args[0]->describe());
@@ -1101,6 +1110,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       const ValuePtr key = sizes_.concretize(key_in);
       if (!key->is_constant_tree()) FJ_UNSUPPORTED(kUnsupportedCall, "dict.fromkeys() key {}", key->describe());
       out->set_key(key->as_python(), value);
+    }
+    if (PyCFunction_GET_SELF(callable.ptr()) != reinterpret_cast<PyObject*>(&PyDict_Type)) {
+      out->pytype = refs.ordered_dict_type;
     }
     return out;
   }

@@ -56,7 +56,7 @@ int64_t find_item(const Value& seq, const ValuePtr& needle, const std::string& w
 
 bool is_mutating_method(const std::string& name) {
   for (const char* m : {"append", "extend", "insert", "pop", "reverse", "clear", "update",
-                        "setdefault", "remove"}) {
+                        "setdefault", "remove", "popitem", "move_to_end"}) {
     if (name == m) return true;
   }
   return false;
@@ -246,13 +246,20 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     for (auto& [key, value] : entries) self->set_key(key, value);
     return Value::constant(py::none());
   }
-  if (!kwargs.empty()) return nullptr;
+  // (keywords: only an OrderedDict's `last=`, below)
+  const bool last_keyword = kwargs.size() == 1 && kwargs[0].first == "last" && self->kind == VKind::kDict &&
+                            (name == "popitem" || name == "move_to_end");
+  if (!kwargs.empty() && !last_keyword) return nullptr;
   if ((name == "keys" || name == "values" || name == "items") && n == 0) {
     const bool sourced_dict = reads_as_dict(self, name.c_str());
     if (self->kind != VKind::kDict && !sourced_dict) return dict_view(self, name);  // ModuleDict
     // A view object, as in Python: used later it shows the dict as it is then. `obj` is an
     // empty view of the same type, for type() and `is`; nothing else reads it.
-    ValuePtr view = Value::object(py::dict().attr(name.c_str())());
+    // (an OrderedDict's views are odict_keys, ...)
+    const bool ordered = self->kind == VKind::kDict && self->pytype &&
+                         self->pytype.is(PyRefs::get().ordered_dict_type);
+    py::object empty = ordered ? self->pytype() : py::object(py::dict());
+    ValuePtr view = Value::object(empty.attr(name.c_str())());
     view->role = ObjRole::kDictView;
     view->method = name;
     view->over = self;
@@ -347,9 +354,50 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       self->items.erase(self->items.begin() + at);
       return out;
     }
+    const bool ordered = self->pytype && self->pytype.is(PyRefs::get().ordered_dict_type);
+    // OrderedDict's move_to_end(key, last=True) / popitem(last=True), dict's popitem() (LIFO).
+    auto last_flag = [&](size_t positional_at, bool& last) {
+      const ValuePtr* flag = n >= positional_at ? &args[positional_at] : nullptr;
+      for (const auto& [key, value] : kwargs) {
+        if (key != "last" || flag != nullptr) return false;
+        flag = &value;
+      }
+      if (flag == nullptr) return true;
+      if (!(*flag)->is_const()) return false;
+      const int truth = PyObject_IsTrue((*flag)->obj.ptr());
+      if (truth < 0) throw py::error_already_set();
+      last = truth == 1;
+      return true;
+    };
+    bool last = true;
+    if (ordered && name == "move_to_end" && (n == 1 || n == 2) && args[1]->is_constant_tree() &&
+        last_flag(2, last)) {
+      const py::object key = args[1]->as_python();
+      const long at = self->find_key(key);
+      if (at < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "OrderedDict.move_to_end() of a missing key");
+      if (self->being_iterated()) {
+        FJ_UNSUPPORTED(kSideEffect, "an OrderedDict reordered while a loop iterates it");
+      }
+      py::object moved_key = self->keys[at];
+      ValuePtr moved = self->items[at];
+      self->keys.erase(self->keys.begin() + at);
+      self->items.erase(self->items.begin() + at);
+      self->keys.insert(last ? self->keys.end() : self->keys.begin(), std::move(moved_key));
+      self->items.insert(last ? self->items.end() : self->items.begin(), std::move(moved));
+      return Value::constant(py::none());
+    }
+    if (name == "popitem" && n <= (ordered ? 1u : 0u) && (ordered ? last_flag(1, last) : kwargs.empty())) {
+      if (self->items.empty()) FJ_PROGRAM_RAISED(kUnsupportedValue, "popitem() of an empty dict");
+      resized();
+      const size_t at = last ? self->items.size() - 1 : 0;
+      ValuePtr pair = Value::tuple({Value::constant(self->keys[at]), self->items[at]});
+      self->keys.erase(self->keys.begin() + static_cast<long>(at));
+      self->items.erase(self->items.begin() + static_cast<long>(at));
+      return pair;
+    }
     if (name == "copy" && n == 0) {
       ValuePtr out = Value::dict(self->keys, self->items);
-      out->pytype = self->pytype;  // a defaultdict's copy is one, with its factory
+      out->pytype = self->pytype;  // a defaultdict's copy is one, with its factory (an OrderedDict's too)
       out->factory = self->factory;
       return out;
     }

@@ -195,8 +195,12 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return Rebuild::call(PyRefs::get().support.attr("grad_mode_exit"), {Rebuild::constant(value->obj)});
       }
       if (value->role == ObjRole::kDictView) {  // a real view of the rebuilt (or sourced) dict
-        py::object method = py::reinterpret_borrow<py::object>(
-            reinterpret_cast<PyObject*>(&PyDict_Type)).attr(value->method.c_str());
+        // (an OrderedDict's own view type for one)
+        const bool ordered = value->over->kind == VKind::kDict && value->over->pytype &&
+                             value->over->pytype.is(PyRefs::get().ordered_dict_type);
+        py::object method = (ordered ? value->over->pytype
+                                     : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type)))
+                                .attr(value->method.c_str());
         return Rebuild::call(method, {rebuild_of(value->over)});
       }
       if (value->role == ObjRole::kSuper) {  // super() kept across the exit: super(cls, self)
@@ -268,6 +272,9 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return memoised(Rebuild::call(PyRefs::get().support.attr("defaultdict_of"),
                                       {Rebuild::constant(value->pytype), rebuild_of(value->factory), std::move(r)}),
                         value);
+      }
+      if (value->kind == VKind::kDict && value->pytype && value->pytype.is(PyRefs::get().ordered_dict_type)) {
+        return memoised(Rebuild::call(value->pytype, {std::move(r)}), value);  // OrderedDict(items)
       }
       // Mutable: one object however often it is referenced.
       return value->kind == VKind::kTuple ? r : memoised(std::move(r), value);

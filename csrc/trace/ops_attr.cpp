@@ -27,8 +27,9 @@ py::object method_owner(Tracer& t, const ValuePtr& self, const std::string& name
       return self->pytype ? self->pytype : PyRefs::get().tensor_type;
     case VKind::kList:
       return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
-    case VKind::kDict:
-      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
+    case VKind::kDict:  // (a defaultdict's or OrderedDict's class: its own methods)
+      return self->pytype ? self->pytype
+                          : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));
     case VKind::kTuple:
       return self->pytype;
     default:

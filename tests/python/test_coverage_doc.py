@@ -1107,6 +1107,14 @@ def ex_id_compare(x, y):
     return x + y
 
 
+@example("out = OrderedDict()")
+def ex_ordered_dict(x):
+    out = collections.OrderedDict()
+    out["feat"] = x * 2
+    out.move_to_end("feat", last=False)
+    return out
+
+
 @example("raise ValueError() from None")
 def ex_raise_from(x):
     y = x + 1

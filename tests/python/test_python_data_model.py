@@ -622,3 +622,45 @@ def keeps_accepted_kwargs(module, x, **kwargs):
 def test_the_parameter_names_of_a_signature_are_a_set_in_the_trace():
     counter, explained = compile_and_compare(keeps_accepted_kwargs, nn.Linear(4, 4), torch.randn(2, 4))
     assert counter.frame_count == 1 and explained.graph_break_count == 0
+
+
+class LayerGetter(nn.Module):
+    """torchvision's IntermediateLayerGetter pattern: the outputs of some layers collected in
+    an OrderedDict made in the forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.ReLU(), "c": nn.Linear(4, 2)})
+        self.return_layers = {"a": "feat0", "c": "out"}
+
+    def forward(self, x):
+        out = collections.OrderedDict()
+        for name, module in self.body.items():
+            x = module(x)
+            if name in self.return_layers:
+                out[self.return_layers[name]] = x
+        return out
+
+
+def test_an_ordered_dict_made_in_the_trace_leaves_it_as_one():
+    model = LayerGetter()
+    counter, explained = compile_and_compare(model, torch.randn(3, 4))
+    assert counter.frame_count == 1 and explained.graph_break_count == 0
+    out = framejit.compile(model, backend=CompileCounter())(torch.randn(3, 4))
+    assert type(out) is collections.OrderedDict and list(out) == ["feat0", "out"]
+
+
+def reorders(x):
+    od = collections.OrderedDict.fromkeys(["a", "b", "c"], 0)
+    od["a"] = x * 2
+    od.move_to_end("a")
+    od.move_to_end("c", last=False)
+    first = od.popitem(last=False)
+    last = od.popitem()
+    return list(od.keys()), first, last, od, type(od.keys()).__name__
+
+
+def test_ordered_dict_reordering_in_one_graph():
+    assert_one_graph(reorders, torch.ones(2))
+    out = framejit.compile(reorders, backend=CompileCounter())(torch.ones(2))
+    assert out[0] == ["b"] and type(out[3]) is collections.OrderedDict
