@@ -68,6 +68,15 @@ ValuePtr class_data(py::object value) {
   return out;
 }
 
+namespace {
+
+// An instance of this class made in the trace has no __dict__ (its classes declare __slots__).
+bool slots_only(const ValuePtr& self) {
+  return reinterpret_cast<PyTypeObject*>(self->obj.ptr())->tp_dictoffset == 0;
+}
+
+}  // namespace
+
 ValuePtr Tracer::new_object_read(const ValuePtr& self, const std::string& name, AttrLookup how) {
   static PyObject* const kGetattribute = PyUnicode_InternFromString("__getattribute__");
   PyObject* hook = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(self->obj.ptr()), kGetattribute);  // Borrowed
@@ -92,7 +101,7 @@ bool Tracer::new_object_has(const ValuePtr& self, const std::string& name) {
   for (const py::object& key : self->keys) {
     if (key.cast<std::string>() == name) return true;
   }
-  if (name == "__class__" || name == "__dict__") return true;
+  if (name == "__class__" || (name == "__dict__" && !slots_only(self))) return true;
   py::tuple how = PyRefs::get().support.attr("resolve_new_object_attribute")(self->obj, name);
   if (how[0].cast<AttrKind>() == AttrKind::kMissing) {
     // Absent, unless a descriptor other than a property would make it (not traced).
@@ -123,6 +132,9 @@ ValuePtr Tracer::new_object_attr(const ValuePtr& self, const std::string& name) 
     if (self->keys[i].cast<std::string>() == name) return self->items[i];
   }
   if (name == "__class__") return self->origin ? self->origin : Value::object(self->obj);
+  if (name == "__dict__" && slots_only(self)) {
+    FJ_PROGRAM_RAISED(kUnsupportedValue, "__dict__ of an instance of a __slots__ class");
+  }
   if (name == "__dict__") {
     // A copy of its attributes so far, to read (`self.__dict__.get(name)`); a write into it
     // ends the region (make_writable).
@@ -151,6 +163,13 @@ void Tracer::new_object_store(const ValuePtr& self, const std::string& name, Val
   const auto kind = how[0].cast<AttrKind>();
   if (kind == AttrKind::kProperty) {
     FJ_UNSUPPORTED(kSideEffect, "assignment to .{}, a property of the class", name);
+  }
+  if (slots_only(self)) {
+    py::object names = PyRefs::get().support.attr("slot_names")(self->obj);
+    if (!PySequence_Contains(names.ptr(), py::str(name).ptr())) {
+      // Python raises AttributeError: no slot and no __dict__ to hold it.
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "assignment to .{} of a __slots__ class without that slot", name);
+    }
   }
   for (size_t i = 0; i < self->keys.size(); ++i) {
     if (self->keys[i].cast<std::string>() == name) {

@@ -214,6 +214,41 @@ def trace_pairwise(iterable):
         previous = item
 
 
+# itertools.groupby: one state shared by the outer generator and its groups, as the C
+# iterator keeps it: [current item, its key, number of the current group, ended]. A group
+# yields only while it is the current one and the items keep its key; the outer generator
+# skips what its group left unread.
+def _groupby_step(iterator, key, state):
+    item = next(iterator, _END)
+    if item is _END:
+        state[3] = True
+        return
+    state[0] = item
+    state[1] = item if key is None else key(item)
+
+
+def _same_key(a, b):
+    return a is b or a == b  # (as PyObject_RichCompareBool compares)
+
+
+def _groupby_group(iterator, key, state, target, number):
+    while state[2] == number and not state[3] and _same_key(state[1], target):
+        yield state[0]
+        _groupby_step(iterator, key, state)
+
+
+def trace_groupby(iterable, key=None):
+    iterator = iter(iterable)
+    state = [None, None, 0, False]
+    _groupby_step(iterator, key, state)
+    while not state[3]:
+        target = state[1]
+        state[2] += 1
+        yield target, _groupby_group(iterator, key, state, target, state[2])
+        while not state[3] and _same_key(state[1], target):
+            _groupby_step(iterator, key, state)
+
+
 def trace_starmap(function, iterable):
     for args in iterable:
         yield function(*args)
@@ -469,6 +504,7 @@ _FORMS = {
     itertools.cycle: trace_cycle,
     itertools.pairwise: trace_pairwise,
     itertools.starmap: trace_starmap,
+    itertools.groupby: trace_groupby,
     itertools.takewhile: trace_takewhile,
     itertools.dropwhile: trace_dropwhile,
     itertools.filterfalse: trace_filterfalse,
@@ -711,6 +747,7 @@ def trace_module_call(module, forward, args, kwargs):
 
 # The helpers the forms call are traced too (framejit's own files otherwise are not).
 for _helper in (trace_defaultdict_missing, trace_module_call, _islice_bound, _deepcopy_into, _product_rows, _pick, _extreme, _arguments, _GeneratorManager.__init__,
+                _groupby_step, _same_key, _groupby_group,
                 _GeneratorManager.__enter__, _GeneratorManager.__exit__,
                 _Suppress.__init__, _Suppress.__enter__, _Suppress.__exit__,
                 _manager_form(_SAMPLE_MANAGER)):

@@ -555,9 +555,23 @@ def resolve_super_attribute(this_class, self_type, self_is_class: bool, name: st
     return (AttrKind.MISSING, None)
 
 
+_SLOT_NAMES = weakref.WeakKeyDictionary()
+
+
+def slot_names(cls):
+    """The attributes an instance of cls can hold where it has no __dict__ (every class in its
+    MRO declares __slots__): the slots' names as stored (a private `__x` as `_K__x`)."""
+    names = _SLOT_NAMES.get(cls)
+    if names is None:
+        names = frozenset(name for klass in cls.__mro__ for name, member in vars(klass).items()
+                          if isinstance(member, types.MemberDescriptorType))
+        _SLOT_NAMES[cls] = names
+    return names
+
+
 def plain_class_init(cls):
     """For a plain user class (Python classes up to object, or up to dict / OrderedDict as
-    ModelOutput is; no __slots__, no custom __new__ / __getattr__, a metaclass only if it
+    ModelOutput is; __slots__ only below object, no custom __new__ / __getattr__, a metaclass only if it
     leaves instance creation to type.__call__; a __getattribute__ / __setattr__ only if
     written in Python, which the trace inlines, as for transformers' configs): its __init__
     function, or False when that is object.__init__. None for any other class (not traced
@@ -579,12 +593,13 @@ def plain_class_init(cls):
     for klass in cls.__mro__:
         if klass is object or klass is mapping or (mapping is OrderedDict and klass is dict):
             continue
-        if not klass.__flags__ & _HEAPTYPE or vars(klass).get("__slots__") or "__getattr__" in vars(klass):
+        if not klass.__flags__ & _HEAPTYPE or "__getattr__" in vars(klass):
+            return None
+        if vars(klass).get("__slots__") and mapping is not None:
             return None  # (an empty __slots__, as collections.abc's classes have, is no slot)
         if klass.__module__.startswith(("torch", "framejit")) and klass not in FORM_CLASSES:
             return None
-    if not cls.__dictoffset__:
-        return None  # slots only: no instance dict for the attributes
+    # (slots only, no instance dict: the tracer stores only the slots' names, slot_names)
     init = cls.__init__
     if init is object.__init__:
         return False

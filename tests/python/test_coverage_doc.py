@@ -1107,6 +1107,20 @@ def ex_id_compare(x, y):
     return x + y
 
 
+class _Point2:
+    __slots__ = ("x", "y")
+
+    def __init__(self, x, y):
+        self.x = x
+        self.y = y
+
+
+@example("p = Point2(x, y)  # __slots__")
+def ex_slots(x):
+    p = _Point2(x, x * 2)
+    return p.x + p.y
+
+
 @example("out = OrderedDict()")
 def ex_ordered_dict(x):
     out = collections.OrderedDict()

@@ -248,6 +248,17 @@ def test_itertools_and_methodcaller_forms_are_one_graph():
     assert_one_graph(iterates, torch.randn(3))
 
 
+def groups(x):
+    scaled = {k: sum(x * len(k) for _ in g) for k, g in itertools.groupby("aabccc")}
+    names = [k for k, _ in itertools.groupby(["q", "q", "k", "v", "v"])]
+    held = [(k, g) for k, g in itertools.groupby([1, 1, 2, 3, 3], key=lambda v: v % 2)]
+    return scaled, names, [(k, list(g)) for k, g in held]  # groups left behind are empty
+
+
+def test_itertools_groupby_is_one_graph():
+    assert_one_graph(groups, torch.randn(3))
+
+
 def copies(x, xs, d):
     ys = copy.copy(xs)
     ys.append(x)
@@ -664,3 +675,43 @@ def test_ordered_dict_reordering_in_one_graph():
     assert_one_graph(reorders, torch.ones(2))
     out = framejit.compile(reorders, backend=CompileCounter())(torch.ones(2))
     assert out[0] == ["b"] and type(out[3]) is collections.OrderedDict
+
+
+class Slotted:
+    __slots__ = ("a", "b", "__private")
+
+    def __init__(self, a):
+        self.a = a
+        setattr(self, "b", a * 2)
+        self.__private = 3
+
+    def total(self):
+        return self.a + self.b * self.__private
+
+
+def builds_a_slotted_object(x):
+    p = Slotted(x)
+    return p.total(), p.b
+
+
+def returns_a_slotted_object(x):
+    return Slotted(x * 3)
+
+
+def test_an_instance_of_a_slots_class_made_in_the_trace():
+    assert_one_graph(builds_a_slotted_object, torch.ones(2))
+    p = framejit.compile(returns_a_slotted_object, backend=CompileCounter())(torch.ones(2))
+    assert type(p) is Slotted and not hasattr(p, "__dict__")
+    assert same(p.b, torch.ones(2) * 6) and same(p.total(), torch.ones(2) * 21)
+
+
+def stores_past_the_slots(x):
+    p = Slotted(x)
+    p.c = 1  # AttributeError in Python: no such slot and no __dict__
+    return p.a
+
+
+def test_a_store_past_a_slots_class_slots_raises_as_in_python():
+    compiled = framejit.compile(stores_past_the_slots, backend=CompileCounter())
+    with pytest.raises(AttributeError):
+        compiled(torch.ones(2))
