@@ -1157,6 +1157,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         entry_.guard_id(v->source, v->obj.ptr());
         return Value::constant(py::int_(reinterpret_cast<uintptr_t>(v->obj.ptr())));
       }
+      if (v->is_const() || is_pinned_object(v)) {  // the object itself (None, a class, a function)
+        return Value::constant(py::int_(reinterpret_cast<uintptr_t>(v->obj.ptr())));
+      }
+      // A container of the trace is rebuilt at the exit (a new object), a tensor it made has
+      // no object yet: their ids are Python's to give.
+      FJ_UNSUPPORTED(kUnsupportedCall, "id() of {}", v->describe());
     }
     if (name == "issubclass" && args.size() == 2 && is_pinned_object(args[0]) &&
         PyType_Check(args[0]->obj.ptr())) {

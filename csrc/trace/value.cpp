@@ -194,7 +194,8 @@ py::object Value::as_python() const {
       return std::move(out);
     }
     case VKind::kDict: {
-      py::object out = pytype ? pytype(factory ? factory->obj : py::none()) : py::dict();  // a defaultdict's own class
+      // (a defaultdict's own class with its factory, an OrderedDict's)
+      py::object out = !pytype ? py::object(py::dict()) : factory ? pytype(factory->obj) : pytype();
       for (size_t i = 0; i < items.size(); ++i) out[keys[i]] = items[i]->as_python();
       return out;
     }

@@ -715,3 +715,14 @@ def test_a_store_past_a_slots_class_slots_raises_as_in_python():
     compiled = framejit.compile(stores_past_the_slots, backend=CompileCounter())
     with pytest.raises(AttributeError):
         compiled(torch.ones(2))
+
+
+def compares_ordered_dicts(x):
+    a = collections.OrderedDict([("p", 1), ("q", 2)])
+    b = collections.OrderedDict([("q", 2), ("p", 1)])
+    plain = {"q": 2, "p": 1}
+    return x * (1 if a == b else 2) + (10 if a == plain else 20), type(a).__name__
+
+
+def test_ordered_dicts_compare_in_order_against_each_other():
+    assert_one_graph(compares_ordered_dicts, torch.ones(2))

@@ -388,3 +388,14 @@ def test_id_of_an_object_read_by_source_is_a_constant_guarded_by_identity():
     assert same(compiled(x, other), other(x))
     assert seen == {id(layer): layer, id(other): other}
     assert counter.frame_count == 2
+
+
+def test_id_of_a_container_is_left_to_python():
+    def f(x, xs):
+        ys = [x * 2]
+        same_list = id(xs) == id(xs)
+        return ys[0] + (1 if same_list else 2), id(ys) == id(ys)
+
+    compiled = framejit.compile(f, backend=CompileCounter())
+    xs = [1, 2]
+    assert same(compiled(torch.ones(2), xs), f(torch.ones(2), xs))
