@@ -1133,6 +1133,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     out->factory = factory;
     return out;
   }
+  if (kind == CallableKind::kBuiltin) {
+    // collections.namedtuple(...) of constants: the class made now (torch.compile makes it
+    // at trace time too). Its __module__ is the calling code's, which namedtuple would read
+    // off the caller's frame: the traced frame does not run yet, so the trace passes it.
+    static PyObject* const kNamedtuple =
+        py::object(py::module_::import("collections").attr("namedtuple")).release().ptr();
+    const bool has_module = std::any_of(kwargs.begin(), kwargs.end(),
+                                        [](const auto& kw) { return kw.first == "module"; });
+    if (callable.ptr() == kNamedtuple && !has_module) {
+      py::object globals = frame_globals();
+      py::object name = py::reinterpret_borrow<py::dict>(globals).attr("get")("__name__", "__main__");
+      kwargs.emplace_back("module", Value::constant(std::move(name)));
+    }
+  }
   if (kind == CallableKind::kBuiltin && kwargs.empty()) {
     // Answered from what the guards pin: types, lengths and tensor metadata.
     const std::string name = callable_name(callable);

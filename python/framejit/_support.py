@@ -14,6 +14,7 @@ import os
 import sys
 import types
 import typing
+import collections
 from collections import OrderedDict
 import warnings
 import weakref
@@ -77,6 +78,7 @@ _PURE_BUILTINS = {
     builtins.id,  # (of a tensor input or an object read by source: see Tracer::call)
     deepcopy_kind, copy_kind,  # framejit's own: how copy.(deep)copy copies a class (_python_forms)
     typing.get_origin, typing.get_args,  # of annotations (strict dataclasses' validators)
+    collections.namedtuple,  # a class made from constants at trace time, as torch.compile makes it
 }
 
 # Tensor methods that need the data (or give it away): a graph cannot contain them.

@@ -1121,6 +1121,13 @@ def ex_slots(x):
     return p.x + p.y
 
 
+@example('Out = namedtuple("Out", ["loss", "logits"])')
+def ex_namedtuple_call(x):
+    Out = collections.namedtuple("Out", ["loss", "logits"])
+    o = Out(x.sum(), x * 2)
+    return o.loss + o.logits, o._fields
+
+
 @example("out = OrderedDict()")
 def ex_ordered_dict(x):
     out = collections.OrderedDict()

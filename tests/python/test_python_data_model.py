@@ -726,3 +726,23 @@ def compares_ordered_dicts(x):
 
 def test_ordered_dicts_compare_in_order_against_each_other():
     assert_one_graph(compares_ordered_dicts, torch.ones(2))
+
+
+def makes_a_namedtuple_class(x):
+    Out = collections.namedtuple("Out", ["loss", "logits"], defaults=[None])
+    o = Out(x.sum())
+    return o.loss + 1, o._fields, o.logits is None, tuple(o)
+
+
+def returns_a_namedtuple_made_inside(x):
+    Out = collections.namedtuple("Out", ["loss", "logits"])
+    return Out(x.sum(), x * 2)
+
+
+def test_a_namedtuple_class_made_in_the_trace_is_made_at_trace_time():
+    assert_one_graph(makes_a_namedtuple_class, torch.ones(2))
+    # (one class per compile, not per call as in eager: compared by name, module and fields)
+    o = framejit.compile(returns_a_namedtuple_made_inside, backend=CompileCounter())(torch.ones(2))
+    e = returns_a_namedtuple_made_inside(torch.ones(2))
+    assert (type(o).__name__, type(o).__module__, o._fields) == (type(e).__name__, type(e).__module__, e._fields)
+    assert same(tuple(o), tuple(e))
