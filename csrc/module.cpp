@@ -182,6 +182,8 @@ PYBIND11_MODULE(_C, m) {
         "The trace policy: [(file-name prefix, rule)], rule 0 not traced, 1 traced, 2 traced "
         "only inlined into traced code; the longest matching prefix decides.");
   m.def("allow_code", &allow_code, py::arg("code"));
+  m.def("forget_callable", [](py::handle fn) { PyRefs::get().forget(fn); }, py::arg("fn"),
+        "Drops fn's cached classification (framejit.allow_in_graph changed it).");
   m.def("set_log_mask", &set_log_mask, py::arg("mask"));
   m.def("code_stats", &code_stats, py::arg("fn"),
         "Regions of a function's code object: kind, graph, guards, hits.");

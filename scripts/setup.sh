@@ -28,6 +28,9 @@ PYTHON="$FJ_PY"
 # held at its pin so pip resolves nothing else for it.
 "$PYTHON" -c "import transformers, sys; sys.exit(transformers.__version__ != '5.24.0')" 2>/dev/null \
   || "$PYTHON" -m pip install -q -c <(echo "torch==2.13.0") "transformers==5.24.0"
+# einops (pure Python, no dependencies) for the tests of code written with it (test_einops.py).
+"$PYTHON" -c "import einops, sys; sys.exit(einops.__version__ != '0.8.2')" 2>/dev/null \
+  || "$PYTHON" -m pip install -q --no-deps "einops==0.8.2"
 
 export CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}"
 "$PYTHON" -m pip install -q --no-build-isolation --no-deps .

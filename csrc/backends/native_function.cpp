@@ -7,6 +7,7 @@
 #include "common/py.h"
 #include "guards/tensor_check.h"
 
+#include <ATen/SavedTensorHooks.h>
 #include <ATen/ScalarOps.h>
 #include <ATen/autocast_mode.h>
 #include <c10/core/GradMode.h>
@@ -183,7 +184,15 @@ const Variant* find_or_lower(NativeFunctionObject* self, PyObject* const* args, 
   }
   py::tuple arg_tuple(nargs);
   for (size_t i = 0; i < nargs; ++i) arg_tuple[i] = py::reinterpret_borrow<py::object>(args[i]);
-  py::object lowered = py::reinterpret_borrow<py::object>(self->lower)(arg_tuple);
+  py::object lowered;
+  {
+    // Lowering traces with fake tensors: saved-tensor hooks (checkpoint's) must not see them.
+    struct HooksPaused {
+      bool prior = at::SavedTensorDefaultHooks::set_tracing(true);
+      ~HooksPaused() { at::SavedTensorDefaultHooks::set_tracing(prior); }
+    } paused;
+    lowered = py::reinterpret_borrow<py::object>(self->lower)(arg_tuple);
+  }
   if (!lowered.is_none()) variant.program = lowered.cast<ProgramBuilder&>().program;
   self->variants->push_back(std::move(variant));
   return &self->variants->back();

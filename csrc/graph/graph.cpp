@@ -101,7 +101,7 @@ std::string Graph::unique_name(const std::string& hint) {
   static const std::unordered_set<std::string> kReserved = {
       "self", "torch", "operator", "None", "True", "False", "def", "return", "class",
       "lambda", "in", "is", "not", "and", "or", "if", "else", "for", "while", "import",
-      "slice"};
+      "slice", "output"};  // (output: the output node's name)
   std::string base = sanitize_name(hint);
   if (kReserved.count(base)) base += "_1";
   std::string name = base;

@@ -145,6 +145,10 @@ Source SourceTable::item(int base, py::object key) const {
   const std::string key_text = safe_repr(key);
   s.text = sources_[base].text + "[" + key_text + "]";
   s.key = interned(std::move(key));
+  PyObject* k = s.key.ptr();
+  if (PyType_Check(k) || PyFunction_Check(k) || PyCFunction_Check(k) || PyModule_Check(k)) {
+    s.owner = s.key;  // a key by identity (a class): two of one repr stay two sources
+  }
   const std::string plain_key =
       PyUnicode_Check(s.key.ptr()) ? s.key.cast<std::string>() : key_text;  // x, not 'x'
   const Source& parent = sources_[base];

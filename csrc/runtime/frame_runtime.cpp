@@ -176,6 +176,41 @@ std::unique_ptr<Region> fallback_region(Tracer& tracer, FrameRun& run, int pc,
 }
 
 // A compiled region turned into a fallback at its entry: CPython runs from `pc` for these guards.
+// While a region compiles (the trace, the backend, warming), saved-tensor hooks do not fire:
+// the trace's meta tensors and a backend's own tracing are not the program's saves. A
+// checkpoint(fn, x) that runs a compiled fn counted them as saves of its forward, so its
+// recomputation in backward (which saves only the real ones) raised CheckpointError; a
+// save_on_cpu hook would copy meta tensors. As torch.compile's AOT tracing does.
+class SavedTensorHooksPause {
+ public:
+  SavedTensorHooksPause() {
+    PyObject* prior = PyObject_CallOneArg(PyRefs::get().saved_hooks_set_tracing.ptr(), Py_True);
+    if (prior == nullptr) {
+      PyErr_Clear();
+      return;
+    }
+    prior_ = prior == Py_True;
+    paused_ = true;
+    Py_DECREF(prior);
+  }
+  ~SavedTensorHooksPause() {
+    if (!paused_) return;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);  // an exception on its way out stays set
+    PyObject* r = PyObject_CallOneArg(PyRefs::get().saved_hooks_set_tracing.ptr(),
+                                      prior_ ? Py_True : Py_False);
+    if (r == nullptr) PyErr_Clear();
+    Py_XDECREF(r);
+    PyErr_Restore(type, value, traceback);
+  }
+  SavedTensorHooksPause(const SavedTensorHooksPause&) = delete;
+  SavedTensorHooksPause& operator=(const SavedTensorHooksPause&) = delete;
+
+ private:
+  bool paused_ = false;
+  bool prior_ = false;
+};
+
 void fall_back(Region& region, int pc, std::string reason) {
   region.kind = RegionKind::kFallback;
   region.reason = std::move(reason);
@@ -207,6 +242,7 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
                                        SlotValues& slots) {
   PauseScope pause;
   GcPause no_gc;
+  SavedTensorHooksPause no_saved_hooks;
   PyCodeObject* code = run.code;
   CodeState& state = run.state;
   const CompileContext& ctx = *run.ctx;

@@ -177,7 +177,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       if (PyCallable_Check(value.ptr())) {
         FJ_UNSUPPORTED(kUnsupportedValue, "bound method {} of a constant", name);
       }
-      return Value::constant(value);
+      return Value::constant_tree(std::move(value));  // (einops' cached recipe's fields)
     }
     case VKind::kTuple: {
       // Named fields of namedtuples and structseqs (torch.return_types.max(...).values).
@@ -774,11 +774,11 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
   }
   if (ValuePtr found = item_by_object(base, key_in)) return found;
   const ValuePtr key = sizes_.concretize(key_in);
-  if (!key->is_constant_tree()) {
+  py::object k;
+  if (!key->as_key(k)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "subscript of {} with {}", base->describe(),
                    key->describe());
   }
-  const py::object k = key->as_python();
   switch (base->kind) {
     case VKind::kTuple:
     case VKind::kList: {

@@ -686,16 +686,17 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return Value::constant(py::none());
       }
     }
+    py::object key;  // a dict method's key argument, where one is known at trace time
+    const bool known_key = args.size() >= 2 && args[1]->as_key(key);
     if (self->kind == VKind::kDict && name == "get" && kwargs.empty() &&
-        (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
-      const long at = self->find_key(args[1]->as_python());
+        (args.size() == 2 || args.size() == 3) && known_key) {
+      const long at = self->find_key(key);
       if (at >= 0) return self->items[at];
       return args.size() == 3 ? args[2] : Value::constant(py::none());
     }
     if (self->kind == VKind::kObject && self->source >= 0 && raw_dict_read(fn, self) &&
         name == "get" && kwargs.empty() &&
-        (args.size() == 2 || args.size() == 3) && args[1]->is_constant_tree()) {
-      const py::object key = args[1]->as_python();
+        (args.size() == 2 || args.size() == 3) && known_key) {
       check_items_unchanged(self);
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
       entry_.guard_dict_contains(self->source, key.ptr(), present);
@@ -704,9 +705,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
     if (self->kind == VKind::kObject && self->source >= 0 && raw_dict_read(fn, self) &&
         (name == "__contains__" || name == "__getitem__") && kwargs.empty() && args.size() == 2 &&
-        args[1]->is_constant_tree()) {
+        known_key) {
       // super().__contains__(key) / super().__getitem__(key) in a dict subclass's own method.
-      const py::object key = args[1]->as_python();
       check_items_unchanged(self);
       const bool present = PyDict_Contains(self->obj.ptr(), key.ptr()) == 1;
       entry_.guard_dict_contains(self->source, key.ptr(), present);
@@ -771,6 +771,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   // One cached classification per callable object decides the rest.
   const CallableKind kind = refs.classify(callable);
+  if (kind == CallableKind::kInGraph) {
+    // framejit.allow_in_graph / torch.compiler.allow_in_graph: one node that calls it (on the
+    // meta values now, for its outputs' metadata), its body not traced.
+    if (!any_tensor(args, kwargs)) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{} (allowed in the graph) called with no tensor",
+                     callable_name(callable));
+    }
+    return record_call(NodeKind::kCallFunction, callable, "", std::move(args), std::move(kwargs), "",
+                       callable_name(callable));
+  }
   if (kind == CallableKind::kBuiltin) {
     for (auto& a : args) a = enum_as_constant(a);
   }
@@ -1056,6 +1066,28 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     // keys), read by source.
     for (ValuePtr& arg : args) {
       std::vector<ValuePtr> items;
+      if (arg->kind == VKind::kIter && callable_name(callable) == "len") {
+        // An iterator has no length: TypeError, as Python raises it (a try in the trace may
+        // catch it).
+        // (the type CPython's iterator of that form has; kItems: a generator expression's, or a
+        // map's or a tuple's iterator, named as the first)
+        const char* type = "generator";
+        switch (arg->iter_form) {
+          case IterForm::kEnumerate: type = "enumerate"; break;
+          case IterForm::kZip: type = "zip"; break;
+          case IterForm::kReversed: type = "list_reverseiterator"; break;
+          case IterForm::kRange: type = "range_iterator"; break;
+          case IterForm::kOver:
+            type = arg->over && arg->over->kind == VKind::kDict ? "dict_keyiterator" : "list_iterator";
+            break;
+          default: break;
+        }
+        ValuePtr exc = simple_exception(py::handle(PyExc_TypeError),
+                                        py::make_tuple(std::string("object of type '") + type + "' has no len()"),
+                                        py::dict());
+        FJ_CHECK(exc != nullptr, "TypeError not constructible");
+        throw TracedRaise{std::move(exc)};
+      }
       if (arg->kind == VKind::kIter) {
         // Consumed only if the call is traced: a break here leaves the iterator as it was, and
         // the runtime calls the builtin on it.
@@ -1284,6 +1316,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return Value::constant(std::move(text));
     }
   }
+  const bool lru_cached = PyObject_TypeCheck(callable.ptr(),
+                                             reinterpret_cast<PyTypeObject*>(refs.lru_cache_type.ptr()));
   if (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs)) {
     bool symbolic = false;
     bool sizes = false;
@@ -1292,6 +1326,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       sizes = sizes || a->holds_size_expr();
     }
     for (const auto& kw : kwargs) sizes = sizes || kw.second->holds_size_expr();
+    if (lru_cached && (symbolic || sizes || !all_constant(args, kwargs))) {
+      // @functools.lru_cache of numbers known only at run time (einops' shape helpers get the
+      // tensor's sizes): the function it wraps is traced, so the sizes stay the graph's, as
+      // torch.compile traces through the cache.
+      py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
+      if (PyFunction_Check(wrapped.ptr())) {
+        inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));
+        return nullptr;
+      }
+    }
     if (symbolic && kwargs.empty()) {
       // A pure builtin of numbers known only at run time (float(s), round(s, 2), max(s, 0)).
       py::list values;
@@ -1354,7 +1398,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         for (const auto& [key, value] : kwargs) py_kwargs[py::str(key)] = query_arg(value);
         return constant_result(callable(*py::tuple(py_args), **py_kwargs), callable_name(callable));
       }
-      return constant_result(call_python(callable, args, kwargs), callable_name(callable));
+      py::object result = call_python(callable, args, kwargs);
+      if (lru_cached && !is_python_constant(result)) {
+        // Of constants, the object the cache holds, which every later call answers (einops'
+        // parsed recipe): a constant of the trace, its attributes read at trace time.
+        return Value::constant_tree(std::move(result));
+      }
+      return constant_result(std::move(result), callable_name(callable));
     } catch (const py::error_already_set& e) {
       FJ_PROGRAM_RAISED(kUnsupportedCall, "{}() raised at trace time: {}", callable_name(callable),
                         e.what());

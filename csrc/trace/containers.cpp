@@ -256,8 +256,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
     // A view object, as in Python: used later it shows the dict as it is then. `obj` is an
     // empty view of the same type, for type() and `is`; nothing else reads it.
     // (an OrderedDict's views are odict_keys, ...)
-    const bool ordered = self->kind == VKind::kDict && self->pytype &&
-                         self->pytype.is(PyRefs::get().ordered_dict_type);
+    const bool ordered = self->is_ordered_dict();
     py::object empty = ordered ? self->pytype() : py::object(py::dict());
     ValuePtr view = Value::object(empty.attr(name.c_str())());
     view->role = ObjRole::kDictView;
@@ -354,7 +353,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       self->items.erase(self->items.begin() + at);
       return out;
     }
-    const bool ordered = self->pytype && self->pytype.is(PyRefs::get().ordered_dict_type);
+    const bool ordered = self->is_ordered_dict();
     // OrderedDict's move_to_end(key, last=True) / popitem(last=True), dict's popitem() (LIFO).
     auto last_flag = [&](size_t positional_at, bool& last) {
       const ValuePtr* flag = n >= positional_at ? &args[positional_at] : nullptr;

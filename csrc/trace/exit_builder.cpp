@@ -196,8 +196,7 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       }
       if (value->role == ObjRole::kDictView) {  // a real view of the rebuilt (or sourced) dict
         // (an OrderedDict's own view type for one)
-        const bool ordered = value->over->kind == VKind::kDict && value->over->pytype &&
-                             value->over->pytype.is(PyRefs::get().ordered_dict_type);
+        const bool ordered = value->over->is_ordered_dict();
         py::object method = (ordered ? value->over->pytype
                                      : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type)))
                                 .attr(value->method.c_str());
@@ -273,7 +272,7 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
                                       {Rebuild::constant(value->pytype), rebuild_of(value->factory), std::move(r)}),
                         value);
       }
-      if (value->kind == VKind::kDict && value->pytype && value->pytype.is(PyRefs::get().ordered_dict_type)) {
+      if (value->is_ordered_dict()) {
         return memoised(Rebuild::call(value->pytype, {std::move(r)}), value);  // OrderedDict(items)
       }
       // Mutable: one object however often it is referenced.

@@ -24,7 +24,8 @@ namespace framejit {
   V(kAttributeBuiltin, ATTRIBUTE_BUILTIN) /* getattr, hasattr, setattr, delattr, vars */     \
   V(kNextBuiltin, NEXT_BUILTIN)           /* next */                                         \
   V(kCompilingFlag, COMPILING_FLAG)       /* torch.compiler.is_compiling & co: True here */ \
-  V(kExportingFlag, EXPORTING_FLAG)       /* torch.compiler.is_exporting: False here */
+  V(kExportingFlag, EXPORTING_FLAG)       /* torch.compiler.is_exporting: False here */ \
+  V(kInGraph, IN_GRAPH)                   /* allow_in_graph(fn): one graph node, not traced */
 
 // How obj.name resolves without running user code (_support.resolve_attribute and friends).
 #define FJ_FOREACH_ATTR_KIND(V)                                                           \

@@ -678,7 +678,7 @@ void op_contains(Tracer& t, const Instr& i) {
     return;
   }
   py::object key;
-  if (!value_of(t, needle, key)) {
+  if (!value_of(t, needle, key) && !needle->as_key(key)) {  // (a class: `type(x) in registry`)
     FJ_UNSUPPORTED(kUnsupportedValue, "'in' with {}", needle->describe());
   }
   if (container->is_sequence() && !container->is_constant_tree()) {

@@ -2,6 +2,7 @@
 // keyword names, f(*a, **k), functions made at run time.
 #include "bytecode/version.h"
 #include "common/check.h"
+#include "trace/python_rules.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -75,6 +76,10 @@ void op_call_function_ex(Tracer& t, const Instr& i) {
     for (py::handle item : args_value->obj) {
       args.push_back(Value::constant(py::reinterpret_borrow<py::object>(item)));
     }
+  } else if (args_value->kind == VKind::kIter && iterable_items(args_value, args)) {
+    // f(*(getattr(self, f"original{i}") for i in range(n))): CPython makes a tuple of what the
+    // iterator has left (torch's weight_norm parametrization), using it up.
+    args_value->exhaust();
   } else {
     FJ_UNSUPPORTED(kUnsupportedValue, "f(*args, **kwargs) with {}", args_value->describe());
   }

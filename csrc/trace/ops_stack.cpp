@@ -82,7 +82,20 @@ void op_import_name(Tracer& t, const Instr& i) {
   if (!modules.contains(name)) {
     FJ_UNSUPPORTED(kUnsupportedOpcode, "import of '{}', which is not imported yet", name);
   }
-  const bool from = !fromlist->as_python().is_none() && py::len(fromlist->as_python()) > 0;
+  const py::object names = fromlist->as_python();
+  const bool from = !names.is_none() && py::len(names) > 0;
+  if (from) {
+    // `from pkg import sub` of a submodule not imported yet: the import machinery imports it
+    // (and runs its code) before IMPORT_FROM reads it, so Python runs this import.
+    py::object imported = modules[py::str(name)];
+    for (py::handle item : names) {
+      if (!PyUnicode_Check(item.ptr())) continue;
+      const std::string attr = item.cast<std::string>();
+      if (attr != "*" && !py::hasattr(imported, attr.c_str())) {
+        FJ_UNSUPPORTED(kUnsupportedOpcode, "from {} import {}, which is not imported yet", name, attr);
+      }
+    }
+  }
   const std::string bound = from ? name : name.substr(0, name.find('.'));
   ValuePtr module = t.entry().load(SourceTable::imported_module(bound));
   if (!module) FJ_UNSUPPORTED(kUnsupportedOpcode, "import of '{}'", bound);

@@ -45,6 +45,7 @@ void PyRefs::init(py::object support_module) {
   r.unsupported_error = r.support.attr("Unsupported");
   r.warning_category = r.support.attr("FramejitWarning");
   r.partial_type = py::module_::import("functools").attr("partial");
+  r.lru_cache_type = py::module_::import("functools").attr("_lru_cache_wrapper");
   r.signature = py::module_::import("inspect").attr("signature");
   r.environ = py::module_::import("os").attr("environ");
   r.mapping_get = py::module_::import("collections.abc").attr("Mapping").attr("get");
@@ -55,6 +56,8 @@ void PyRefs::init(py::object support_module) {
   r.enum_meta = py::module_::import("enum").attr("EnumMeta");
   r.function_apply = r.autograd_function.attr("apply").attr("__func__");
   r.nn_module_module = py::module_::import("torch.nn.modules.module");
+  r.saved_hooks_set_tracing =
+      r.torch.attr("_C").attr("_autograd").attr("_saved_tensors_hooks_set_tracing");
   r.version_probe = py::reinterpret_steal<py::object>(
       PyUnicode_InternFromString("__framejit_version_probe__"));
 }

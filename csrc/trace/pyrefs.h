@@ -26,6 +26,7 @@ struct PyRefs {
   py::object unsupported_error;  // framejit.Unsupported
   py::object warning_category;   // framejit.FramejitWarning
   py::object partial_type;       // functools.partial
+  py::object lru_cache_type;     // functools._lru_cache_wrapper (@functools.cache / lru_cache)
   py::object signature;          // inspect.signature
   py::object environ;            // os.environ
   py::object mapping_get;        // collections.abc.Mapping.get
@@ -36,6 +37,9 @@ struct PyRefs {
   py::object enum_meta;          // enum.EnumMeta (EnumType), the metaclass of Enum classes
   py::object function_apply;     // torch.autograd.Function.apply's function (a classmethod's)
   py::object nn_module_module;   // torch.nn.modules.module (its global hook dicts)
+  // torch._C._autograd._saved_tensors_hooks_set_tracing(bool) -> bool (the previous setting):
+  // while on, saved-tensor hooks (checkpoint's, save_on_cpu's) do not see the trace's tensors.
+  py::object saved_hooks_set_tracing;
   py::object version_probe;      // an interned name looked up to make CPython assign a type tag
 
   // Initialised by module init; part of the module state (TraceState), never destroyed
@@ -54,6 +58,7 @@ struct PyRefs {
 
   // Cached per object: framejit._support.classify_callable(fn).
   CallableKind classify(py::handle fn);
+  void forget(py::handle fn) { classify_cache_.erase(fn.ptr()); }
   // Cached per object: the printed name of a call target ("torch.add", "torch.nn.functional.relu").
   const std::string& target_text(py::handle fn);
   // Cached per dtype object: "f32", "i64", ...

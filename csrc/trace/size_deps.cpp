@@ -6,6 +6,7 @@
 #include "trace/size_deps.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <optional>
 #include <set>
@@ -628,6 +629,67 @@ std::optional<DimRule> probed_rule(Node* node, int dim) {
   return rule;
 }
 
+// Convolutions, pooling, interpolation and padding: a batch and a channel dimension (the batch
+// missing for an unbatched input), then the spatial ones, each computed from the input's same
+// dimension (and a convolution's kernel size, a weight size) with constant strides, paddings,
+// dilations and output sizes. Any argument the graph computes (a size expression as an output
+// size) and the rule is not used.
+std::optional<DimRule> spatial_rule(const Node* node, const std::string& text, int dim) {
+  const bool conv = base_name_in(text, {"conv1d", "conv2d", "conv3d"});
+  const bool conv_t = base_name_in(text, {"conv_transpose1d", "conv_transpose2d", "conv_transpose3d"});
+  const bool per_dim = base_name_in(
+      text, {"max_pool1d", "max_pool2d", "max_pool3d", "avg_pool1d", "avg_pool2d", "avg_pool3d",
+             "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
+             "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "lp_pool1d",
+             "lp_pool2d", "lp_pool3d", "interpolate", "upsample", "upsample_nearest",
+             "upsample_bilinear", "upsample_nearest1d", "upsample_nearest2d",
+             "upsample_nearest3d", "upsample_linear1d", "upsample_bilinear2d", "upsample_bicubic2d",
+             "upsample_trilinear3d", "_upsample_nearest_exact1d", "_upsample_nearest_exact2d",
+             "_upsample_nearest_exact3d", "pad"});
+  if (!conv && !conv_t && !per_dim) return std::nullopt;
+  if (node->tuple_result) return std::nullopt;  // (return_indices=True: a pair)
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  if (!input || rank_of(input) != rank_of(node) || dim >= rank_of(node)) return std::nullopt;
+  Node* weight = nullptr;
+  size_t first_plain = 1;  // arguments from here on must be constants
+  if (conv || conv_t) {
+    weight = tensor_arg(arg_at(node, 1, "weight"));
+    if (!weight || rank_of(weight) < 3) return std::nullopt;
+    const Arg* bias = arg_at(node, 2, "bias");
+    if (bias && bias->kind == Arg::Kind::kNode && !tensor_arg(bias)) return std::nullopt;
+    first_plain = 3;
+  }
+  bool computed = false;  // an argument the graph computes, past the tensors
+  auto found = [&computed](Node*) { computed = true; };
+  for (size_t i = first_plain; i < node->args.size(); ++i) node->args[i].for_each_node(found);
+  for (const auto& [key, arg] : node->kwargs) {
+    if (key != "input" && key != "weight" && key != "bias") arg.for_each_node(found);
+  }
+  if (computed) return std::nullopt;
+  const int rank = rank_of(node);
+  if (base_name_in(text, {"pad"})) return rule_of(DimRule::How::kDepends, {{input, dim}});
+  // Spatial dims: a convolution's from its kernel's rank, the others' from their name (or,
+  // for interpolate, every dim after batch and channels).
+  int spatial = rank - 2;
+  if (weight) {
+    spatial = rank_of(weight) - 2;
+  } else if (text.size() >= 2 && text[text.size() - 1] == 'd' && std::isdigit(text[text.size() - 2])) {
+    spatial = text[text.size() - 2] - '0';
+  }
+  const int leading = rank - spatial;  // 2 batched, 1 unbatched
+  if (spatial < 1 || leading < 1 || leading > 2) return std::nullopt;
+  if (dim >= leading) {
+    DimRule rule = rule_of(DimRule::How::kDepends, {{input, dim}});
+    if (weight) rule.from.emplace_back(weight, 2 + (dim - leading));
+    return rule;
+  }
+  const bool channel = dim == leading - 1;
+  if (!channel) return rule_of(DimRule::How::kEqual, {{input, dim}});  // the batch
+  if (conv) return rule_of(DimRule::How::kEqual, {{weight, 0}});
+  if (conv_t) return rule_of(DimRule::How::kDepends, {{weight, 1}});  // times the groups
+  return rule_of(DimRule::How::kEqual, {{input, dim}});
+}
+
 // The rule of the op that made `node` for its size `dim`; nullopt where framejit knows none
 // (then the size depends on every size of every argument).
 std::optional<DimRule> dim_rule(Node* node, int dim) {
@@ -771,6 +833,7 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     }
     return rule;
   }
+  if (std::optional<DimRule> rule = spatial_rule(node, text, dim)) return rule;
   if (text == "torch.nn.functional.embedding") {
     Node* indices = tensor_arg(arg_at(node, 0, "input"));
     Node* weight = tensor_arg(arg_at(node, 1, "weight"));

@@ -6,6 +6,8 @@
 
 #include "common/check.h"
 #include "graph/graph.h"
+#include "trace/entry_state.h"
+#include "trace/pyrefs.h"
 
 namespace framejit {
 
@@ -174,6 +176,43 @@ bool Value::is_constant_tree() const {
   }
 }
 
+ValuePtr Value::constant_tree(py::object value, int depth) {
+  PyObject* obj = value.ptr();
+  const bool is_list = PyList_CheckExact(obj), is_tuple = PyTuple_CheckExact(obj);
+  if (depth < 8 && (is_list || is_tuple)) {
+    std::vector<ValuePtr> items;
+    for (py::handle item : value) {
+      items.push_back(constant_tree(py::reinterpret_borrow<py::object>(item), depth + 1));
+    }
+    return is_list ? list(std::move(items)) : tuple(std::move(items));
+  }
+  if (depth < 8 && PyDict_CheckExact(obj)) {
+    std::vector<py::object> keys;
+    std::vector<ValuePtr> values;
+    PyObject *key, *item;
+    Py_ssize_t at = 0;
+    while (PyDict_Next(obj, &at, &key, &item)) {
+      keys.push_back(py::reinterpret_borrow<py::object>(key));
+      values.push_back(constant_tree(py::reinterpret_borrow<py::object>(item), depth + 1));
+    }
+    return dict(std::move(keys), std::move(values));
+  }
+  return constant(std::move(value));
+}
+
+bool Value::as_key(py::object& out) const {
+  if (is_constant_tree()) {
+    out = as_python();
+    return true;
+  }
+  if (kind == VKind::kObject && role == ObjRole::kPlain && !bound_self && obj &&
+      is_identity_object(obj.ptr())) {
+    out = obj;
+    return true;
+  }
+  return false;
+}
+
 py::object Value::as_python() const {
   switch (kind) {
     case VKind::kConst:
@@ -250,6 +289,10 @@ ValuePtr Value::iter_over(const ValuePtr& container, char view) {
   it->over_size = container->items.size();
   if (container->kind == VKind::kDict) container->add_iterator(it);
   return it;
+}
+
+bool Value::is_ordered_dict() const {
+  return kind == VKind::kDict && pytype && pytype.is(PyRefs::get().ordered_dict_type);
 }
 
 bool Value::being_iterated() const {

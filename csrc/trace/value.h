@@ -130,7 +130,8 @@ struct Value {
   std::vector<ValuePtr> known_from;
   int64_t known_version = -1;
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
-                                 // kDict made by collections.defaultdict: defaultdict
+                                 // kDict made by collections.defaultdict: defaultdict, made by
+                                 // collections.OrderedDict: OrderedDict
   ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory
                                  // (a constant, or any callable value of the trace)
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
@@ -190,6 +191,10 @@ struct Value {
   static ValuePtr tuple(std::vector<ValuePtr> items, py::object pytype = py::object());
   static ValuePtr list(std::vector<ValuePtr> items);
   static ValuePtr dict(std::vector<py::object> keys, std::vector<ValuePtr> values);
+  // A Python value known at trace time: its lists, tuples and dicts (exact types, 8 levels
+  // deep) as containers of the trace, so their methods and iteration are the trace's; anything
+  // else a constant as it is.
+  static ValuePtr constant_tree(py::object value, int depth = 0);
   static ValuePtr null();
   // A number computed as fn(*args) from other numbers, `value` its trace-time result.
   static ValuePtr sym_num(py::object fn, std::vector<ValuePtr> args, py::object value);
@@ -212,6 +217,8 @@ struct Value {
   bool is_sequence() const { return kind == VKind::kTuple || kind == VKind::kList; }
   // A kObject in this role (a plain object: role kPlain).
   bool is(ObjRole r) const { return kind == VKind::kObject && role == r; }
+  // A dict of the trace made as a collections.OrderedDict (its views, its rebuild, popitem).
+  bool is_ordered_dict() const;
   // A kObject that is not a plain object (a trace-only object or a bound method's piece).
   bool is_special_object() const { return kind == VKind::kObject && role != ObjRole::kPlain; }
   // A number computed from tensor sizes and constants only (no run-time entry numbers).
@@ -224,6 +231,10 @@ struct Value {
   bool holds_tensor() const;
   // Whether this value (recursively) is fully known at trace time.
   bool is_constant_tree() const;
+  // What a dict lookup hashes, known at trace time: a constant tree's Python value, or an
+  // object that hashes by identity and that the guards fix (a class: `registry.get(type(x))`,
+  // a function, a module). False for anything else.
+  bool as_key(py::object& out) const;
   // The Python value of a constant tree (tuples/lists/dicts rebuilt). Requires is_constant_tree.
   py::object as_python() const;
 

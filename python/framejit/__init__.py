@@ -14,7 +14,7 @@ _C._init(_support)
 
 from . import _logging, _skip, backends, config  # noqa: E402
 from ._compile import CompiledModule, compile, disable, reset  # noqa: E402
-from ._skip import skip_files, trace_files  # noqa: E402
+from ._skip import allow_in_graph, skip_files, trace_files  # noqa: E402
 from ._explain import ExplainOutput, explain  # noqa: E402
 from ._dynamic import mark_dynamic, mark_static, maybe_mark_dynamic  # noqa: E402
 from ._logging import set_logs  # noqa: E402
@@ -27,7 +27,7 @@ if _os.environ.get("FRAMEJIT_INJECT_FAULT"):  # tests: site:n (framejit.testing.
     _C._inject_fault(_site, int(_n or 1))
 
 __all__ = [
-    "compile", "disable", "explain", "skip_files", "trace_files", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
+    "compile", "disable", "explain", "allow_in_graph", "skip_files", "trace_files", "ExplainOutput", "reset", "set_logs", "backends", "config", "Unsupported",
     "FramejitWarning", "RankDivergence", "CompiledModule", "mark_dynamic", "maybe_mark_dynamic", "mark_static",
 ]
 __version__ = "0.1.0"

@@ -123,6 +123,7 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
     on_region = (_distributed.RankCheck() if config.check_ranks is True or (
         config.check_ranks == "auto" and isinstance(fn, torch.nn.Module)
         and _distributed.is_distributed_module(fn)) else None)
+    _skip.prepare_libraries()
     if isinstance(fn, torch.nn.Module):
         _skip.allow_module(fn)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,

@@ -87,16 +87,19 @@ def plan_symbolic_dims(values, names, pinned, own, dense, dynamic, seen, place):
     ``dynamic=True`` applies to those, not to module parameters and buffers); ``dense``: whether
     it is a dense strided tensor (the layout a guard checks in place of exact strides; others
     keep exact sizes); ``seen``: the code object's memory of the sizes each place (compile call,
-    pc) compiled for, updated here."""
+    pc) compiled for, per input name and rank, updated here."""
     plan, any_dims = [], False
     for value, name, fixed, is_own, is_dense in zip(values, names, pinned, own, dense):
         dims = []
         if isinstance(value, torch.Tensor) and value.dim() > 0 and name:
             sizes = tuple(value.shape)
-            record = seen.get((place, name))
+            # Remembered per rank: a function called with tensors of several ranks (einops'
+            # rearrange) compiles once per rank, each with its own changed dims.
+            key = (place, name, len(sizes))
+            record = seen.get(key)
             if record is None:
-                record = seen[(place, name)] = [sizes, set()]
-            elif len(record[0]) == len(sizes):
+                record = seen[key] = [sizes, set()]
+            else:
                 # Automatic dynamic: a dim that changed once is symbolic from then on.
                 record[1].update(d for d, (a, b) in enumerate(zip(record[0], sizes)) if a != b)
             strong, weak, static = _marks(value)

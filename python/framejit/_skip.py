@@ -10,18 +10,20 @@ that are C libraries behind thin Python wrappers, tooling or tracing machinery a
 longest matching prefix decides."""
 import os
 import site
+import sys
 import sysconfig
 import types
 
 import torch
 
-from . import _C
+from . import _C, _support
 
 # Third-party packages never traced: numerical C libraries with Python wrappers (their Python
-# layer only dispatches), test and tooling frameworks, and compiler machinery.
+# layer only dispatches), test and tooling frameworks, and compiler machinery. (einops is
+# traced, as torch.compile traces it: its functions become the torch ops they call.)
 SKIPPED_PACKAGES = (
     "numpy", "scipy", "pandas", "sklearn", "PIL", "matplotlib", "sympy", "mpmath", "networkx",
-    "triton", "einops", "_pytest", "pytest", "pluggy", "tqdm", "IPython", "ipykernel", "jinja2",
+    "triton", "_pytest", "pytest", "pluggy", "tqdm", "IPython", "ipykernel", "jinja2",
     "markupsafe", "filelock", "fsspec", "safetensors", "tokenizers", "regex",
     "yaml", "packaging", "setuptools", "pip", "psutil", "requests", "urllib3",
     "typing_extensions.py", "six.py",
@@ -139,6 +141,47 @@ def trace_files(*targets) -> None:
     for target in targets:
         _user_rules.append((_prefix_of(target), True))
     apply()
+
+
+def allow_in_graph(fn):
+    """Put calls of ``fn`` into the graph as one node instead of tracing its body, as
+    ``torch.compiler.allow_in_graph`` does for torch.compile (whose registrations framejit
+    honours too). ``fn`` runs on the trace's meta tensors for its outputs' metadata, and on the
+    real ones each time the graph runs: it must take and return tensors (or tuples and lists of
+    them, with constants beside), have no side effect the graph would lose, and not depend on
+    state the guards do not see. Returns ``fn`` (usable as a decorator); a list or tuple of
+    functions registers each."""
+    if isinstance(fn, (list, tuple)):
+        return [allow_in_graph(f) for f in fn]
+    if not callable(fn):
+        raise TypeError(f"framejit.allow_in_graph expects a callable, got {type(fn).__name__}")
+    _support.mark_in_graph(fn)
+    return fn
+
+
+def _prepare_einops(einops) -> None:
+    # Its torch backend is made (and stored in a registry keyed by tensor class) on its first
+    # call: traced, that first call would break where the backend is made, and the caller's
+    # call site would stay split after. One call now, as torch.compile makes one.
+    einops.rearrange(torch.empty(1), "i -> i")
+
+
+# Libraries with state made lazily on first use that a trace should find made: run once, by
+# framejit.compile, for those already imported.
+_LIBRARY_PREPARERS = {"einops": _prepare_einops}
+_prepared = set()
+
+
+def prepare_libraries() -> None:
+    for name, prepare in _LIBRARY_PREPARERS.items():
+        module = sys.modules.get(name)
+        if module is None or name in _prepared:
+            continue
+        _prepared.add(name)
+        try:
+            prepare(module)
+        except Exception:  # noqa: BLE001 - an older or changed library: traced as it comes
+            pass
 
 
 def is_traced_torch(filename: str) -> bool:

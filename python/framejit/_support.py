@@ -103,10 +103,37 @@ _NUMPY_REDUCTIONS = frozenset(("prod", "product", "sum", "mean", "amax", "amin",
                                "round", "around", "clip", "floor_divide", "isclose"))
 
 
+# framejit.allow_in_graph: id -> the function (held: an id is never reused while registered).
+_IN_GRAPH = {}
+
+
+def mark_in_graph(fn) -> None:
+    _IN_GRAPH[id(fn)] = fn
+    _C.forget_callable(fn)  # classified before: classified again at its next call
+
+
+def in_graph(fn) -> bool:
+    """Whether fn was registered by framejit.allow_in_graph, or by torch.compiler.allow_in_graph
+    / torch._dynamo.allow_in_graph (a library's registration for torch.compile, read from
+    Dynamo's id set where Dynamo is imported at all)."""
+    if id(fn) in _IN_GRAPH:
+        return True
+    rules = sys.modules.get("torch._dynamo.trace_rules")
+    if rules is None:
+        return False
+    try:
+        ids = rules._allowed_callable_ids.function_ids
+    except AttributeError:  # another torch's layout: its registrations are not seen
+        return False
+    return ids is not None and id(fn) in ids
+
+
 def classify_callable(fn) -> CallableKind:
     """What fn is to the tracer: TORCH_OP (graph op), QUERY (constant from metadata), BUILTIN
     (pure), a grad-mode kind (see _grad_mode_kind), the listings and builtins the tracer answers
-    itself, or NOT_TRACED."""
+    itself, IN_GRAPH (allow_in_graph: one graph node), or NOT_TRACED."""
+    if in_graph(fn):
+        return CallableKind.IN_GRAPH
     mode_kind = _grad_mode_kind(fn)
     if mode_kind is not CallableKind.NOT_TRACED:
         return mode_kind

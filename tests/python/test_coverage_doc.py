@@ -965,6 +965,25 @@ def ex_optimizer_step(x):
     return loss
 
 
+BACKENDS = {torch.Tensor: "torch", list: "python"}
+
+
+@example("BACKENDS.get(type(x))")
+def ex_registry_by_class(x):
+    name = BACKENDS.get(type(x))
+    return x * 2 if name == "torch" else x
+
+
+_CHECKPOINTED = nn.Linear(4, 4)
+
+
+@example("checkpoint(block, x, use_reentrant=False)",
+         make=lambda: (torch.randn(4, 4, requires_grad=True),))
+def ex_activation_checkpoint(x):
+    y = torch.utils.checkpoint.checkpoint(_CHECKPOINTED, x, use_reentrant=False)
+    return torch.relu(y)
+
+
 @example("obj.attr = x")
 def ex_setattr(x):
     y = x + 1

@@ -76,6 +76,27 @@ def test_new_batch_sizes_compile_twice_as_under_torch_compile():
     assert isinstance(symbolic.shape[0], torch.SymInt) and symbolic.shape[1] == 8
 
 
+def doubled(x):
+    return x * 2 + 1
+
+
+def test_a_function_called_with_tensors_of_several_ranks_keeps_each_ranks_sizes():
+    # einops' rearrange gets tensors of any rank at one place: the sizes remembered for one
+    # rank (dim 1 changed) were applied to a tensor of another (IndexError, an internal error
+    # and plain Python for the rest of the frame).
+    backend = Recording()
+    compiled = framejit.compile(doubled, backend=backend)
+    calls = [torch.randn(2, 3), torch.randn(2, 4), torch.randn(5), torch.randn(6), torch.randn(2, 9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no framejit warning
+        for x in calls:
+            assert same(compiled(x), doubled(x))
+    # rank 2: static, then dim 1 symbolic (which takes (2, 9) as well); rank 1: the same two.
+    # (torch.compile: 3, its first rank-1 graph symbolic already.)
+    assert backend.count == 4
+    assert torch_compile_count(doubled, [(x,) for x in calls]) == 3
+
+
 def test_the_backend_gets_fake_inputs_of_one_shape_env_and_symbolic_meta():
     from torch._subclasses.fake_tensor import FakeTensor
 

@@ -458,3 +458,36 @@ def test_torch_nn_module_compiled_directly_is_traced(training, grad):
     targets = [n.target for n in counter.graphs[0].graph.nodes if n.op == "call_function"]
     fast = any(getattr(t, "__name__", "") == "_transformer_encoder_layer_fwd" for t in targets)
     assert fast == (not training and not grad)
+
+
+class WeightNormedConv(nn.Module):
+    """wav2vec2's positional convolution: a weight_norm parametrization (its forward calls
+    `self[0](*(getattr(self, f"original{i}") for i in range(n)))`), and a submodule named
+    `output`, whose call's node would be named like the graph's output node."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(4, 4, 3, padding=1), dim=2)
+        self.output = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.output(torch.relu(self.conv(x)).transpose(1, 2))
+
+
+def test_a_weight_norm_parametrization_and_a_submodule_named_output_are_one_graph():
+    torch.manual_seed(0)
+    model = WeightNormedConv()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for batch in (2, 3):
+        x = torch.randn(batch, 4, 10)
+        assert same(compiled(x), model(x), atol=1e-6)
+    assert counter.frame_count == 1
+
+    def star_of_a_generator(xs):
+        return torch.add(*(t * 2 for t in xs))
+
+    xs = [torch.randn(3), torch.randn(3)]
+    counter = CompileCounter()
+    assert same(framejit.compile(star_of_a_generator, backend=counter)(xs), star_of_a_generator(xs))
+    assert counter.frame_count == 1

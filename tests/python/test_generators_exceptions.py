@@ -539,3 +539,30 @@ def test_raise_from_that_nothing_catches_reaches_the_caller_with_its_cause():
     with pytest.raises(ValueError, match="bad key") as info:
         compiled(torch.ones(2))
     assert type(info.value.__cause__) is KeyError
+
+
+class _Recipe:
+    def __init__(self, order):
+        self.order = list(order)
+        self.rank = len(order)  # a generator has no len(): Python raises TypeError
+
+
+def len_of_an_iterator(x):
+    try:
+        n = len(c for c in "abc")
+    except TypeError:
+        n = -1
+    try:
+        rank = _Recipe(int(c) for c in "210").rank
+    except TypeError as e:
+        rank = -10 if "generator" in str(e) else -20
+    return x + n + rank
+
+
+def test_len_of_an_iterator_raises_type_error_as_python_does():
+    # It counted the items (3, and 0 for the one list() had used up), a result Python never
+    # gives.
+    counter = CompileCounter()
+    x = torch.zeros(2)
+    assert same(framejit.compile(len_of_an_iterator, backend=counter)(x), len_of_an_iterator(x))
+    assert len_of_an_iterator(x).tolist() == [-11.0, -11.0] and counter.frame_count == 1

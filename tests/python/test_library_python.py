@@ -795,6 +795,87 @@ def test_an_lru_cached_function_of_constants_is_called_once_and_folded():
     assert [r["exit"] for r in regions(uses_a_cached_check)] == ["return"]
 
 
+class _Recipe:
+    """What einops' cached parser returns: a plain object, read attribute by attribute."""
+
+    def __init__(self, order):
+        self.order = list(order)
+        self.rank = len(self.order)
+
+
+PARSES = []
+
+
+@functools.lru_cache(64)
+def parse(pattern):
+    PARSES.append(pattern)
+    return _Recipe(int(c) for c in pattern)
+
+
+@functools.lru_cache(64)
+def merged_shape(recipe, shape):
+    # Called with the tensor's sizes: traced (its __wrapped__), so the sizes stay the graph's.
+    first, *rest = shape
+    out = first
+    for size in rest:
+        out = out * size
+    return (out,)
+
+
+def permute_by_pattern(x, pattern):
+    recipe = parse(pattern)
+    y = x.permute(*recipe.order) if recipe.rank == x.dim() else x
+    return y.reshape(merged_shape(recipe, y.shape))
+
+
+def test_an_lru_cached_function_returning_an_object_and_one_of_sizes():
+    PARSES.clear()
+    counter = CompileCounter()
+    compiled = framejit.compile(permute_by_pattern, backend=counter)
+    for shape in [(2, 3, 4), (2, 3, 4), (5, 3, 4)]:
+        x = torch.randn(shape)
+        assert same(compiled(x, "210"), permute_by_pattern(x, "210"))
+    # The recipe is the cached object (parsed once, by the first call's trace); merged_shape's
+    # body is traced with the sizes as graph values: one graph for every batch size.
+    assert PARSES == ["210"]
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(permute_by_pattern)] == ["return"]
+
+
+class _TorchBackend:
+    name = "torch"
+
+
+class _NumpyBackend:
+    name = "numpy"
+
+
+# einops' _type2backend: backends by the class of the tensor (classes hash by identity).
+_BACKENDS = {torch.Tensor: _TorchBackend(), int: _NumpyBackend()}
+
+
+def by_type(x):
+    kind = type(x)
+    backend = _BACKENDS.get(kind, None)
+    if kind in _BACKENDS and _BACKENDS[kind] is backend and backend.name == "torch":
+        return x * 2
+    return x * 3
+
+
+def test_a_dict_keyed_by_classes_is_read_with_the_class_of_a_value():
+    counter = CompileCounter()
+    compiled = framejit.compile(by_type, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x), x * 2)
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(by_type)] == ["return"]
+    _BACKENDS[torch.Tensor] = _NumpyBackend()  # the entry is guarded: compiled again
+    try:
+        assert same(compiled(x), x * 3) and counter.frame_count == 2
+    finally:
+        _BACKENDS[torch.Tensor] = _TorchBackend()
+
+
 def scans(x):
     if torch.compiler.is_compiling():
         from torch._higher_order_ops.associative_scan import associative_scan

@@ -201,3 +201,74 @@ def test_zip_strict_raises_as_python_does():
         compiled([t, t], [t])
     with pytest.raises(ValueError, match="longer"):
         compiled([t], [t, t])
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+        self.norm = torch.nn.LayerNorm(8)
+
+    def forward(self, x):
+        return self.norm(torch.relu(self.linear(x))) + x
+
+
+class _Checkpointed(torch.nn.Module):
+    def __init__(self, reentrant):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([_Block() for _ in range(3)])
+        self.reentrant = reentrant
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = torch.utils.checkpoint.checkpoint(block, x, use_reentrant=self.reentrant)
+        return (x * x).mean()
+
+
+@pytest.mark.parametrize("backend", ["eager", "native"])
+@pytest.mark.parametrize("reentrant", [False, True])
+@pytest.mark.parametrize("offload", [False, True], ids=["", "save_on_cpu"])
+def test_activation_checkpointing_and_saved_tensor_hooks_see_only_the_programs_saves(
+        backend, reentrant, offload):
+    # A checkpointed block's frame is compiled inside checkpoint()'s saved-tensor hooks. The
+    # trace's meta tensors (and the native backend's lowering) were packed by those hooks as if
+    # the forward had saved them, so the recomputation in backward, which saves only the real
+    # ones, raised CheckpointError; save_on_cpu would copy them. Hooks are off while compiling.
+    import contextlib
+
+    def grads(model, compiled):
+        torch.manual_seed(1)
+        x = torch.randn(4, 8, requires_grad=True)
+        run = framejit.compile(model, backend=backend) if compiled else model
+        for _ in range(2):  # the first call compiles, the second runs the cached graphs
+            hooks = torch.autograd.graph.save_on_cpu() if offload else contextlib.nullcontext()
+            with hooks:
+                loss = run(x)
+            loss.backward()
+        return [loss.detach(), x.grad] + [p.grad for p in model.parameters()]
+
+    torch.manual_seed(0)
+    model = _Checkpointed(reentrant)
+    ref = grads(model, False)
+    model.zero_grad()
+    got = grads(model, True)
+    assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(got, ref))
+
+
+def test_saved_tensor_hooks_pack_the_same_tensors_as_eager_on_the_compiling_call():
+    model = _Block()
+    x = torch.randn(4, 8, requires_grad=True)
+    packed = []
+
+    def saves(run):
+        packed.clear()
+        with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t.device) or t,
+                                                      lambda t: t):
+            run(x)
+        return list(packed)
+
+    eager = saves(model)
+    compiled = framejit.compile(model, backend=CompileCounter())
+    assert saves(compiled) == eager  # the compiling call: no meta tensor of the trace
+    assert saves(compiled) == eager
+    assert all(d.type == "cpu" for d in eager)

@@ -402,3 +402,37 @@ def test_a_broadcast_with_a_size_not_known_exactly_is_the_others_while_not_one(c
     assert counter.frame_count == 2  # length 1 takes the other branch
     err = "\n".join(r.getMessage() for r in caplog.records)
     assert "size(1) outside [1, 1], size(1) in [2, inf]" in err
+
+
+class _Downsampler(torch.nn.Module):
+    """A vision stage that reads its feature map's height and width into Python (MobileNet's
+    'same' padding, Swin's window check): only those sizes are guarded, not the batch."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, stride=2, padding=1)
+        self.up = torch.nn.ConvTranspose2d(8, 4, 2, stride=2)
+
+    def forward(self, images):
+        x = self.conv(images)
+        x = torch.nn.functional.max_pool2d(x, 2)
+        height, width = x.shape[-2:]
+        if height % 2 or width % 2:  # odd: pad to even, as 'same' padding code does
+            x = torch.nn.functional.pad(x, (0, width % 2, 0, height % 2))
+        x = torch.nn.functional.adaptive_avg_pool2d(x, (4, 4))
+        x = torch.nn.functional.interpolate(self.up(x), scale_factor=2.0, mode="nearest")
+        return x.flatten(1) if x.shape[1] == 4 else x
+
+
+def test_conv_pool_pad_and_interpolate_keep_the_batch_free_where_python_reads_the_spatial_sizes():
+    torch.manual_seed(0)
+    model = _Downsampler()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for batch in (2, 3, 5):
+        images = torch.randn(batch, 3, 20, 20)
+        assert same(compiled(images), model(images), atol=1e-5)
+    assert counter.frame_count == 1  # the batch size stays free: no compile per batch
+    images = torch.randn(2, 3, 28, 28)  # another height and width: those sizes were read
+    assert same(compiled(images), model(images), atol=1e-5)
+    assert counter.frame_count == 2

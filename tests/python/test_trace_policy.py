@@ -185,3 +185,89 @@ def test_hasattr_on_a_class_with_its_own_getattribute_asks_python():
 
     x = torch.zeros(1)
     assert same(framejit.compile(f, backend="eager")(x, h), f(x, h))  # 2: __getattribute__ hides it
+
+
+def test_from_a_package_import_a_submodule_not_imported_yet_imports_it_as_python_does(tmp_path,
+                                                                                     monkeypatch):
+    # einops' backend does `from . import _torch_specific` on its first use: the import system
+    # imports the submodule (running its code) before IMPORT_FROM reads it. The trace found the
+    # package in sys.modules, read the attribute the submodule did not set yet, and the program
+    # raised ImportError where Python succeeds.
+    pkg = tmp_path / "fj_lazy_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(textwrap.dedent("""
+        def late(x):
+            from . import extra
+            return extra.twice(x) + 1
+    """))
+    (pkg / "extra.py").write_text("def twice(x):\n    return x * 2\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("fj_lazy_pkg")
+    try:
+        counter = CompileCounter()
+        x = torch.randn(3)
+        compiled = framejit.compile(module.late, backend=counter)
+        assert same(compiled(x), x * 2 + 1)  # the first call imports fj_lazy_pkg.extra
+        assert "fj_lazy_pkg.extra" in sys.modules
+        assert same(compiled(x), x * 2 + 1)
+        # Imported now: the import reads sys.modules, one graph for the whole function.
+        framejit.reset()
+        counter = CompileCounter()
+        assert same(framejit.compile(module.late, backend=counter)(x), x * 2 + 1)
+        assert counter.frame_count == 1
+    finally:
+        for name in ("fj_lazy_pkg", "fj_lazy_pkg.extra"):
+            sys.modules.pop(name, None)
+
+
+def _rowwise(x, y, *, factor):
+    # Python that, traced, would unroll over the rows (its graph pinned to this batch size):
+    # allowed in the graph, it is one node that runs it, at any batch size.
+    return torch.stack([x[i] * y[i] * factor for i in range(x.shape[0])])
+
+
+def test_allow_in_graph_makes_a_function_one_node_of_the_graph():
+    assert framejit.allow_in_graph(_rowwise) is _rowwise
+
+    def f(x, y):
+        return _rowwise(x.abs() + 1, y, factor=2.0).sum(0)
+
+    counter = CompileCounter()
+    compiled = framejit.compile(f, backend=counter)
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    assert same(compiled(x, y), f(x, y))
+    assert counter.frame_count == 1
+    code = counter.graphs[0].code
+    assert "_rowwise" in code and "factor = 2.0" in code and "getitem" not in code
+    assert regions(_rowwise) == []  # its body was never traced
+    x, y = torch.randn(6, 3), torch.randn(6, 3)
+    assert same(compiled(x, y), f(x, y))
+    assert counter.frame_count == 1  # a new batch: the node runs at any size
+
+
+def test_allow_in_graph_of_torch_compiler_is_honoured_and_decorates():
+    @torch.compiler.allow_in_graph
+    def outer_product(a, b):
+        return a[:, None] * b[None, :]
+
+    @framejit.allow_in_graph
+    def halves(t):
+        return t[: t.shape[0] // 2], t[t.shape[0] // 2:]
+
+    def f(a, b):
+        lo, hi = halves(outer_product(a, b))
+        return lo + hi
+
+    counter = CompileCounter()
+    a, b = torch.randn(4), torch.randn(3)
+    assert same(framejit.compile(f, backend=counter)(a, b), f(a, b))
+    assert counter.frame_count == 1
+    assert "outer_product" in counter.graphs[0].code and "halves" in counter.graphs[0].code
+    assert regions(outer_product) == [] and regions(halves) == []
+    first, second = (lambda t: t + 1), (lambda t: t * 3)
+    assert framejit.allow_in_graph([first, second]) == [first, second]
+    counter = CompileCounter()
+    assert same(framejit.compile(lambda t: second(first(t)), backend=counter)(a), (a + 1) * 3)
+    assert counter.frame_count == 1 and counter.op_count == 2 and "mul" not in counter.graphs[0].code
+    with pytest.raises(TypeError, match="callable"):
+        framejit.allow_in_graph(3)
