@@ -10,6 +10,7 @@
 #include <functional>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <vector>
 
 #include "trace/pyrefs.h"
@@ -214,6 +215,9 @@ struct DimRule {
   // Sizes the rule holds for only while they keep their values (those a custom op's fake
   // implementation compared: probed_rule); whoever relies on the size pins them.
   std::vector<std::pair<Node*, int>> pins;
+  // A view's / reshape's -1: the number of elements of this input over the other entries
+  // (the dependency walk cancels an entry that is one of the input's own sizes).
+  Node* rest_of = nullptr;
 };
 
 DimRule rule_of(DimRule::How how, std::vector<std::pair<Node*, int>> from = {}) {
@@ -416,6 +420,7 @@ std::optional<DimRule> shape_rule_of_args(Node* node, int dim) {
   }
   DimRule rule = rule_of(How::kDepends, {{input, -1}});
   for (const Arg& other : shape) other.for_each_node([&rule](Node* n) { rule.from.emplace_back(n, -1); });
+  rule.rest_of = input;
   return rule;
 }
 
@@ -723,6 +728,12 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
                         slice->stop == Py_None && slice->step == Py_None);
     return rule_of(whole ? How::kEqual : How::kDepends, {{base, source->dim}});
   }
+  if (base_name_in(text, {"group_norm", "batch_norm", "instance_norm"})) {
+    // The input's shape: the per-channel weight, bias and statistics are along dim 1, where
+    // broadcasting would align them with the last dim.
+    Node* input = tensor_arg(arg_at(node, 0, "input"));
+    if (input && rank_of(input) == rank) return rule_of(How::kEqual, {{input, dim}});
+  }
   if (broadcasts(text)) {
     DimRule rule = rule_of(How::kBroadcast);
     if (!aligned_dims(node, dim, rule.from)) return std::nullopt;
@@ -904,12 +915,61 @@ class Walk {
     // a size; otherwise every size of the arguments counts.
     std::optional<DimRule> rule;
     if (rank_is_fixed(node, reshaped_, ranks_)) rule = dim_rule(node, dim);
+    if (rule && rule->rest_of) return push_rest(node, *rule);
     if (rule) {
       push_all(rule->pins);
       return push_all(rule->from);
     }
     all_argument_sizes(node, from);
     push_all(from);
+  }
+
+  // The size (node, dim) is, through ops that keep it (each a kEqual rule of one size), the
+  // size returned: both ends of such a chain are equal for any input sizes.
+  std::pair<Node*, int> kept_size(Node* node, int dim) {
+    for (int steps = 0; steps < 256; ++steps) {
+      if (!is_tensor_node(node) || dim < 0 || dim >= rank_of(node) ||
+          !rank_is_fixed(node, reshaped_, ranks_)) {
+        break;
+      }
+      // (a broadcast of one size, an element-wise op of one tensor with that dim, is that size)
+      std::optional<DimRule> rule = dim_rule(node, dim);
+      if (!rule || (rule->how != DimRule::How::kEqual && rule->how != DimRule::How::kBroadcast) ||
+          rule->from.size() != 1 || !rule->pins.empty() || rule->from[0].second < 0) {
+        break;
+      }
+      std::tie(node, dim) = rule->from[0];
+    }
+    return {node, dim};
+  }
+
+  // view(B, T, -1, d) of a (B, T, C) tensor, B and T its own sizes: -1 is C / d, whatever B
+  // and T are. An entry that is one of the input's sizes (read by x.size(i) off a tensor whose
+  // size i is that one, kept_size) cancels it; what is left is what -1 depends on.
+  void push_rest(Node* view, const DimRule& rule) {
+    Node* input = rule.rest_of;
+    std::vector<std::pair<Node*, int>> dims;  // the input's sizes, as kept sizes
+    for (int d = 0; d < rank_of(input); ++d) dims.push_back(kept_size(input, d));
+    std::vector<bool> cancelled(dims.size(), false);
+    for (const auto& [entry, unused] : rule.from) {
+      if (entry == input) continue;
+      bool matched = false;
+      if (entry->kind == NodeKind::kCallMethod && entry->target_text == "size" &&
+          entry->args.size() == 2 && tensor_arg(&entry->args[0])) {
+        Node* tensor = entry->args[0].node;
+        if (std::optional<int> d = dim_arg(&entry->args[1], rank_of(tensor), -1); d && *d >= 0) {
+          const std::pair<Node*, int> size = kept_size(tensor, *d);
+          for (size_t i = 0; i < dims.size() && !matched; ++i) {
+            if (!cancelled[i] && dims[i] == size) cancelled[i] = matched = true;
+          }
+        }
+      }
+      if (!matched) push(entry, -1);
+    }
+    for (size_t i = 0; i < dims.size(); ++i) {
+      if (!cancelled[i]) push(input, static_cast<int>(i));
+    }
+    (void)view;
   }
 
   const std::unordered_set<Node*>& reshaped_;
@@ -1344,6 +1404,24 @@ void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped
                           SizeDeps& out, std::set<std::pair<Node*, int>>& not_one) {
   Walk walk(reshaped, ranks, out);
   std::vector<std::pair<Node*, int>> from;
+  // split(x, [a, b], dim) / tensor_split(x, [i, j], dim): as many pieces as the list says (or
+  // one more than its indices), whatever the sizes (sections that do not add up raise when
+  // the graph runs, as in eager).
+  const Arg* sections = split->args.size() >= 2 ? &split->args[1] : nullptr;
+  for (const auto& [key, arg] : split->kwargs) {
+    if (key == "split_size_or_sections" || key == "split_size" || key == "indices" ||
+        key == "sections" || key == "split_sizes") {
+      sections = &arg;
+    }
+  }
+  std::vector<Arg> listed;
+  if (sections && (sections->kind == Arg::Kind::kList || sections->kind == Arg::Kind::kTuple ||
+                   (sections->kind == Arg::Kind::kConst &&
+                    (PyList_Check(sections->value.ptr()) || PyTuple_Check(sections->value.ptr())))) &&
+      base_name_in(split->target_text, {"split", "tensor_split", "split_with_sizes", "unsafe_split"}) &&
+      sequence_items(*sections, listed)) {
+    return;
+  }
   if (!split_count_from(split, from)) {
     all_argument_sizes(split, from);
   } else {

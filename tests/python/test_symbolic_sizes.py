@@ -436,3 +436,38 @@ def test_conv_pool_pad_and_interpolate_keep_the_batch_free_where_python_reads_th
     images = torch.randn(2, 3, 28, 28)  # another height and width: those sizes were read
     assert same(compiled(images), model(images), atol=1e-5)
     assert counter.frame_count == 2
+
+
+class _AudioEncoder(torch.nn.Module):
+    """wav2vec2 in small: a GroupNorm'd conv feature encoder, heads split with
+    view(*x.shape[:-1], -1, d), a class token split off with split([1, n]), and the attention's
+    `q.shape[2] > 1` check (transformers' sdpa_attention): the sequence length is read into
+    Python, the batch never is."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(1, 16, 10, stride=5)
+        self.norm = torch.nn.GroupNorm(16, 16)
+        self.q = torch.nn.Linear(16, 16)
+
+    def forward(self, audio):
+        h = torch.nn.functional.gelu(self.norm(self.conv(audio[:, None]))).transpose(1, 2)
+        cls, rest = torch.split(h, [1, h.shape[1] - 1], 1)
+        q = self.q(rest).view(*rest.shape[:-1], -1, 4).transpose(1, 2)
+        if q.shape[2] > 1:
+            return q.mean(2) + cls.mean(1)[:, None, :4]
+        return q.sum(2)
+
+
+def test_group_norm_split_sections_and_a_views_rest_keep_the_batch_free():
+    torch.manual_seed(0)
+    model = _AudioEncoder()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for batch in (2, 3, 4):
+        audio = torch.randn(batch, 160)
+        assert same(compiled(audio), model(audio), atol=1e-5)
+    assert counter.frame_count == 1
+    audio = torch.randn(2, 200)  # a longer signal: its length was read
+    assert same(compiled(audio), model(audio), atol=1e-5)
+    assert counter.frame_count == 2
