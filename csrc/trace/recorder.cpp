@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -14,6 +15,21 @@
 namespace framejit {
 
 namespace {
+
+// A graph target whose Python body runs on the meta tensors: a callable object (an
+// autograd.Function's apply) or a function from outside torch (allowed in the graph). torch's
+// own functions and ops make their tensors where their arguments are.
+bool runs_python_body(py::handle fn) {
+  PyObject* f = fn.ptr();
+  if (PyCFunction_Check(f) || PyType_Check(f)) return false;
+  const char* type = Py_TYPE(f)->tp_name;
+  if (std::strcmp(type, "OpOverload") == 0 || std::strcmp(type, "OpOverloadPacket") == 0) return false;
+  if (!PyFunction_Check(f)) return true;
+  static PyObject* const kTorch = PyUnicode_InternFromString("torch");
+  PyObject* module = reinterpret_cast<PyFunctionObject*>(f)->func_module;  // Borrowed
+  return module == nullptr || !PyUnicode_Check(module) ||
+         PyUnicode_Tailmatch(module, kTorch, 0, 5, -1) != 1;
+}
 
 // The first line of the pending Python error's message, for Unsupported reasons.
 std::string error_summary(const py::error_already_set& error) {
@@ -279,6 +295,10 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
           result = py::reinterpret_steal<py::object>(meta);
         }
       }
+    } else if (runs_python_body(call.fn)) {
+      // An autograd.Function's apply, a function allowed in the graph: its body runs with meta
+      // the default device (_support.call_python_on_meta).
+      result = refs.support.attr("call_python_on_meta")(call.fn, meta_args, meta_kwargs);
     } else {
       result = call.fn(*py::tuple(meta_args), **meta_kwargs);
     }

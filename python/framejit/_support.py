@@ -397,6 +397,15 @@ class InternalFault(Exception):
     internal error (the region falls back to plain Python with one warning), never a break."""
 
 
+def call_python_on_meta(fn, args, kwargs):
+    """fn(*args, **kwargs) of a Python-level graph target (an autograd.Function's apply, a
+    function allowed in the graph) on meta tensors, with meta the default device: a tensor its
+    body makes without a device (`torch.tensor(torch.finfo(x.dtype).min)` as a fill value)
+    meets the meta tensors on their device, as it meets the real ones on theirs."""
+    with torch.device("meta"):
+        return fn(*args, **kwargs)
+
+
 def autocast_meta(fn, method: str, args, kwargs, devices):
     """fn(*args, **kwargs), or args[0].<method>(*args[1:], **kwargs), on the metadata of meta
     tensors as their real devices run it under the current torch.autocast: each meta tensor

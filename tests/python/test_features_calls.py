@@ -563,6 +563,30 @@ class SplitSigns(torch.autograd.Function):
         return g_pos * 2 + g_neg * 3
 
 
+class MaskedSoftmax(torch.autograd.Function):
+    """DeBERTa's XSoftmax: its forward makes its fill value with torch.tensor(...), no device
+    given; on the trace's meta tensors that value is made on meta too (it was a CPU tensor
+    that masked_fill refused to mix with meta ones: a break per attention layer)."""
+
+    @staticmethod
+    def forward(ctx, x, mask):
+        rmask = ~mask.to(torch.bool)
+        out = x.masked_fill(rmask, torch.tensor(torch.finfo(x.dtype).min)).softmax(-1)
+        out.masked_fill_(rmask, 0)
+        ctx.save_for_backward(out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        (out,) = ctx.saved_tensors
+        return out * (grad - (grad * out).sum(-1, keepdim=True)), None
+
+
+def uses_masked_softmax(x, w):
+    scores = x @ w
+    return (MaskedSoftmax.apply(scores, (scores > -0.5).int()) * torch.arange(5.0)).sum()
+
+
 def uses_ste(x, w):
     y = (x @ w).tanh()
     return (RoundSTE.apply(y, 4.0).sum(dim=-1) * 2).sum()
@@ -574,7 +598,7 @@ def uses_split(x, w):
 
 
 @pytest.mark.parametrize("backend", ["eager", "native", "aot_eager"])
-@pytest.mark.parametrize("fn", [uses_ste, uses_split])
+@pytest.mark.parametrize("fn", [uses_ste, uses_split, uses_masked_softmax])
 def test_autograd_function_is_one_node_and_runs_its_own_backward(fn, backend):
     counter = CompileCounter() if backend == "eager" else CompileCounter(backend)
     compiled = framejit.compile(fn, backend=counter)
