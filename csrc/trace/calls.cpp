@@ -1326,10 +1326,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       sizes = sizes || a->holds_size_expr();
     }
     for (const auto& kw : kwargs) sizes = sizes || kw.second->holds_size_expr();
-    if (lru_cached && (symbolic || sizes || !all_constant(args, kwargs))) {
+    if (lru_cached && (symbolic || sizes)) {
       // @functools.lru_cache of numbers known only at run time (einops' shape helpers get the
       // tensor's sizes): the function it wraps is traced, so the sizes stay the graph's, as
-      // torch.compile traces through the cache.
+      // torch.compile traces through the cache. (Only then: a body traced on every call would
+      // repeat side effects the cache runs once, a "warn once" helper's.)
       py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
       if (PyFunction_Check(wrapped.ptr())) {
         inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));

@@ -842,6 +842,35 @@ def test_an_lru_cached_function_returning_an_object_and_one_of_sizes():
     assert [r["exit"] for r in regions(permute_by_pattern)] == ["return"]
 
 
+NOTED = []
+
+
+@functools.lru_cache
+def note_once(config):
+    NOTED.append(config.name)  # a "warn once" helper: the cache runs it once per config
+
+
+class _NamedConfig:
+    name = "cfg"
+
+
+def uses_note_once(x, config):
+    note_once(config)
+    return x + 1
+
+
+def test_an_lru_cached_helper_of_an_object_runs_once_as_the_cache_runs_it():
+    # Traced through its __wrapped__ on every call, its side effect would repeat; it is called
+    # as Python calls it (a break), so the cache decides.
+    NOTED.clear()
+    config = _NamedConfig()
+    compiled = framejit.compile(uses_note_once, backend=CompileCounter())
+    x = torch.randn(2)
+    for _ in range(3):
+        assert same(compiled(x, config), x + 1)
+    assert NOTED == ["cfg"]
+
+
 class _TorchBackend:
     name = "torch"
 
