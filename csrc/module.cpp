@@ -58,7 +58,8 @@ py::dict code_stats(py::handle obj) {
                                                             : std::string();
       regions.append(r);
     }
-    out["skipped"] = state->decision == CodeState::Decision::kSkip;
+    out["skipped"] = state->decision == CodeState::Decision::kSkip ||
+                     state->decision == CodeState::Decision::kGivenUp;
   }
   out["regions"] = regions;
   return out;
@@ -133,7 +134,7 @@ PYBIND11_MODULE(_C, m) {
       "make_compiled",
       [compiled_type](py::object fn, py::object backend, std::string backend_name, bool fullgraph,
                       int recompile_limit, bool warm_branches, py::object on_region,
-                      bool any_sizes, int dynamic) {
+                      bool any_sizes, int dynamic, py::object entry_code) {
         static uint64_t next_context_id = 0;  // the GIL is held
         auto ctx = std::make_shared<CompileContext>();
         ctx->id = ++next_context_id;
@@ -145,13 +146,15 @@ PYBIND11_MODULE(_C, m) {
         ctx->on_region = std::move(on_region);
         ctx->any_sizes = any_sizes;
         ctx->dynamic = dynamic;
+        if (!entry_code.is_none()) ctx->entry_code = std::move(entry_code);
         PyObject* out = new_compiled_function(compiled_type.ptr(), fn.ptr(), std::move(ctx));
         if (out == nullptr) throw py::error_already_set();
         return py::reinterpret_steal<py::object>(out);
       },
       py::arg("fn"), py::arg("backend"), py::arg("backend_name"), py::arg("fullgraph"),
       py::arg("recompile_limit"), py::arg("warm_branches") = false,
-      py::arg("on_region") = py::none(), py::arg("any_sizes") = false, py::arg("dynamic") = -1);
+      py::arg("on_region") = py::none(), py::arg("any_sizes") = false, py::arg("dynamic") = -1,
+      py::arg("entry_code") = py::none());
 
   m.def(
       "make_disabled",

@@ -42,6 +42,10 @@ struct CompileContext {
   // graph handed over with fake inputs of a ShapeEnv (python/framejit/_dynamic.py).
   bool symbolic_backend() const { return !any_sizes && dynamic != 0; }
   py::object on_region;  // None, or called with a dict per new region (framejit.explain)
+  // The compiled function's own code where the trace policy would not hook it as a frame
+  // (torch.nn.Linear compiled on its own, a function made by exec): hooked as this context's
+  // frame only, so compiling it does not change how it runs anywhere else.
+  py::object entry_code;
 };
 
 enum class RegionKind : uint8_t {
@@ -90,7 +94,10 @@ struct Region {
 };
 
 struct CodeState {
-  enum class Decision : uint8_t { kUnknown, kSkip, kRun };
+  // kSkip: the trace policy does not hook it (unless it is a compiled function's own entry
+  // code); kGivenUp: the runtime stopped hooking it (an internal error, or a helper that makes
+  // no graph) until reset().
+  enum class Decision : uint8_t { kUnknown, kSkip, kRun, kGivenUp };
   Decision decision = Decision::kUnknown;
   std::unique_ptr<Bytecode> bytecode;
   std::vector<std::unique_ptr<Region>> regions;  // all, in the order they were made

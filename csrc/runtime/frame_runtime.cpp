@@ -1002,7 +1002,7 @@ PyObject* run_frame(FrameRun& run) {
                                  "Python from now on",
                                  code_location(run.code, run.code->co_firstlineno), tried));
           }
-          state.decision = CodeState::Decision::kSkip;
+          state.decision = CodeState::Decision::kGivenUp;
           return resume(run, run.pc, false);
         }
         if (!state.limit_warned) {
@@ -1235,7 +1235,9 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
       state->decision = should_skip_code(code, true) ? CodeState::Decision::kSkip
                                                : CodeState::Decision::kRun;
     }
-    if (state->decision == CodeState::Decision::kSkip) {
+    if (state->decision == CodeState::Decision::kGivenUp ||
+        (state->decision == CodeState::Decision::kSkip &&
+         ts.ctx->entry_code.ptr() != reinterpret_cast<PyObject*>(code))) {
       return fj_eval_default(tstate, frame, throwflag);
     }
   } catch (const std::exception& e) {
@@ -1253,7 +1255,7 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
     PyErr_Clear();
     warn(std::string("framejit: internal error in the frame runtime: ") + e.what() +
          "; the rest of the frame runs in plain Python");
-    state->decision = CodeState::Decision::kSkip;
+    state->decision = CodeState::Decision::kGivenUp;
     return resume(run, run.pc, false);
   }
 }

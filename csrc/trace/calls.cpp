@@ -321,10 +321,13 @@ bool is_user_function(TraceHost& host, py::handle fn) {
   // like their forward methods.
   // So are torch.nn.functional's private helpers (F._canonical_mask, F._none_or_dtype) and
   // torch.nn.init's functions that fill no tensor (_calculate_fan_in_and_fan_out,
-  // calculate_gain), as _support._is_traced_torch_helper says.
+  // calculate_gain), and torch._assert, as _support._is_traced_torch_helper says.
   py::object module = py::getattr(fn, "__module__", py::none());
   if (module.is_none()) return false;
   const std::string name = py::str(module).cast<std::string>();
+  if (name == "torch") {
+    return py::str(py::getattr(fn, "__name__", py::str(""))).cast<std::string>() == "_assert";
+  }
   if (name == "torch.nn.functional" || name == "torch.nn.init") {
     const std::string fn_name = py::str(py::getattr(fn, "__name__", py::str(""))).cast<std::string>();
     const bool is_private = fn_name.rfind('_', 0) == 0;

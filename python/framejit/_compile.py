@@ -125,19 +125,19 @@ def compile(fn=None, *, backend="eager", fullgraph=False, dynamic=None, options=
         and _distributed.is_distributed_module(fn)) else None)
     _skip.prepare_libraries()
     if isinstance(fn, torch.nn.Module):
-        _skip.allow_module(fn)
         call = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
                                 bool(warm_branches), on_region=on_region, any_sizes=any_sizes,
-                                dynamic=-1 if dynamic is None else int(bool(dynamic)))
+                                dynamic=-1 if dynamic is None else int(bool(dynamic)),
+                                entry_code=_skip.allow_module(fn))
         return CompiledModule(fn, call, dict(backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                              options=options, mode=mode,
                                              warm_branches=warm_branches))
     if not callable(fn):
         raise TypeError(f"framejit.compile expects a function or nn.Module, got {type(fn).__name__}")
-    _skip.allow_file_of(fn)
     compiled = _C.make_compiled(fn, backend_fn, backend_name, bool(fullgraph), recompile_limit,
                                 bool(warm_branches), on_region=on_region, any_sizes=any_sizes,
-                                dynamic=-1 if dynamic is None else int(bool(dynamic)))
+                                dynamic=-1 if dynamic is None else int(bool(dynamic)),
+                                entry_code=_skip.allow_file_of(fn))
     functools.update_wrapper(compiled, fn)
     return compiled
 

@@ -218,28 +218,32 @@ def _wrapper_classes():
     return tuple(classes)
 
 
-def allow_module(mod) -> None:
+def allow_module(mod):
     """Trace the compiled module's forward; for a DDP / FSDP wrapper, the forward of the module
-    it wraps (as torch.compile does, the wrapper's own forward runs eagerly)."""
+    it wraps (as torch.compile does, the wrapper's own forward runs eagerly). Returns the entry
+    code to hook for this compile (allow_file_of)."""
     wrappers = _wrapper_classes()
     while isinstance(mod, wrappers) and isinstance(getattr(mod, "module", None), torch.nn.Module):
         mod = mod.module
     if not isinstance(mod, wrappers):
-        allow_file_of(type(mod).forward)
+        return allow_file_of(type(mod).forward)
+    return None
 
 
-def allow_file_of(fn) -> None:
-    """Trace fn's own file even if the policy skips it; for torch's own files (a torch.nn module
-    compiled directly) only fn's code."""
+def allow_file_of(fn):
+    """Trace fn's own file even if the policy skips it (a package's function compiled by hand:
+    the package is traced from then on, as the policy traces third-party code). For torch's own
+    files (a torch.nn module compiled directly) and functions made by exec, returns fn's code:
+    the compiled call hooks it as its own frame, and elsewhere it runs as the policy says."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None:
-        return
+        return None
     filename = code.co_filename
     if filename.startswith((os.path.join(os.path.dirname(torch.__file__), ""), EXEC_FILE)):
-        _C.allow_code(code)  # torch's: only fn's own code; exec's: a frame of its own all the same
-        return
+        return code
     if not is_traced(filename):
         package_dir = os.path.join(os.path.dirname(filename), "")
         if package_dir not in _allowed:
             _allowed.append(package_dir)
             apply()
+    return None

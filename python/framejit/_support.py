@@ -270,11 +270,14 @@ _MODULE_LISTINGS = {
 
 def _is_traced_torch_helper(module, fn) -> bool:
     """torch's Python helpers traced like user code (trace/calls.cpp, is_user_function, agrees):
-    torch.nn.functional's private ones, and torch.nn.init's that fill no tensor (the private
-    ones, calculate_gain; the in-place fills such as uniform_ stay graph ops)."""
+    torch.nn.functional's private ones, torch.nn.init's that fill no tensor (the private
+    ones, calculate_gain; the in-place fills such as uniform_ stay graph ops), and torch._assert
+    (timm's size checks: its `assert` on sizes is a guard, as Python's own assert)."""
     if not isinstance(fn, types.FunctionType):
         return False
     name = fn.__name__
+    if module == "torch":
+        return name == "_assert"
     if module == "torch.nn.functional":
         return name.startswith("_")
     return module == "torch.nn.init" and (name.startswith("_") or not name.endswith("_"))

@@ -801,6 +801,12 @@ def ex_init_fans(x):
     return x * (fan_in + fan_out)
 
 
+@example('torch._assert(x.shape[0] == 4, "rows")')
+def ex_torch_assert(x):
+    torch._assert(x.shape[0] == 4, "rows")
+    return x + 1
+
+
 @example('x.to(torch.get_autocast_dtype("cpu"))')
 def ex_autocast_dtype(x):
     return x.to(torch.get_autocast_dtype("cpu")) * 2

@@ -1307,3 +1307,28 @@ def test_a_defaultdict_keyed_by_a_tensor_and_a_name_keeps_both_items():
     assert same(framejit.compile(state_by_parameter_and_name)(p, mine), state_by_parameter_and_name(p, theirs))
     assert mine[p] == theirs[p] == {"seen": 1} and mine["count"] == {"n": 2}
     assert list(mine)[0] is p and len(mine) == 2
+
+
+class _AssertedPatches(torch.nn.Module):
+    """timm's PatchEmbed: the input size checked with torch._assert before the projection."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = torch.nn.Conv2d(3, 4, 4, stride=4)
+
+    def forward(self, x):
+        torch._assert(x.shape[2] == 8, f"height {x.shape[2]} is not 8")
+        torch._assert(x.shape[3] % 4 == 0, "width is not a multiple of 4")
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+def test_torch_assert_on_sizes_is_a_guard_in_one_graph():
+    model = _AssertedPatches()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for batch in (2, 3):
+        x = torch.randn(batch, 3, 8, 12)
+        assert same(compiled(x), model(x))
+    assert counter.frame_count == 1 and framejit.explain(model)(x).graph_break_count == 0
+    with pytest.raises(AssertionError, match="height 12 is not 8"):
+        compiled(torch.randn(2, 3, 12, 12))  # the guard fails; the new trace raises as eager does

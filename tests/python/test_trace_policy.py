@@ -271,3 +271,25 @@ def test_allow_in_graph_of_torch_compiler_is_honoured_and_decorates():
     assert counter.frame_count == 1 and counter.op_count == 2 and "mul" not in counter.graphs[0].code
     with pytest.raises(TypeError, match="callable"):
         framejit.allow_in_graph(3)
+
+
+def test_compiling_a_torch_layer_on_its_own_changes_nothing_elsewhere():
+    """framejit.compile(nn.Linear) hooks Linear.forward as that compile's own frame only: a
+    Linear that a break runs in plain Python under another compiled function (checkpoint's
+    call) is not compiled as a frame of its own, before or after reset()."""
+    import torch.utils.checkpoint
+    x = torch.randn(2, 3)
+    layer, other = torch.nn.Linear(3, 3), torch.nn.Linear(3, 3)
+
+    def checkpointed(x):
+        return torch.utils.checkpoint.checkpoint(other, x, use_reentrant=False) * 2
+
+    for _ in range(2):
+        layers = CompileCounter()
+        compiled_layer = framejit.compile(layer, backend=layers)
+        assert same(compiled_layer(x), layer(x)) and layers.frame_count == 1
+        counter = CompileCounter()
+        assert same(framejit.compile(checkpointed, backend=counter)(x), checkpointed(x))
+        assert counter.frame_count == 1  # `* 2`; other's forward ran as eager runs it
+        framejit.reset()
+        assert same(compiled_layer(x), layer(x)) and layers.frame_count == 2  # hooked again
