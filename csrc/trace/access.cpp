@@ -10,6 +10,9 @@ namespace framejit {
 
 namespace {
 
+void guard_instance_dict(Tracer& t, const ValuePtr& base, const std::string& store,
+                         const std::string& name, bool present);
+
 // How obj.name resolves in the common cases, read in C as framejit._support.resolve_attribute
 // would answer them: instance state (the instance __dict__, or, when the class has nothing of
 // that name, an nn.Module's _parameters / _buffers / _modules) and plain functions defined on
@@ -174,10 +177,11 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         // A class's function (object.__setattr__, a staticmethod's function): as read off it.
         return wrap_unsourced(std::move(value));
       }
-      if (PyCallable_Check(value.ptr())) {
+      if (PyCallable_Check(value.ptr()) && !PyType_Check(value.ptr())) {
         FJ_UNSUPPORTED(kUnsupportedValue, "bound method {} of a constant", name);
       }
-      return Value::constant_tree(std::move(value));  // (einops' cached recipe's fields)
+      // (einops' cached recipe's fields; a class: inspect.Parameter.empty as a default)
+      return Value::constant_tree(std::move(value));
     }
     case VKind::kTuple: {
       // Named fields of namedtuples and structseqs (torch.return_types.max(...).values).
@@ -392,6 +396,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       }
       if (kind == AttrKind::kMissing) {
         if (ValuePtr hook = missing_attribute_hook(base, name, how)) return hook;
+        if (ValuePtr raise = missing_attribute_raise(base, name, how)) return raise;
       }
       break;
     }
@@ -518,6 +523,32 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
       return nullptr;
     }
   }
+  if (base->is(ObjRole::kPlain) && !base->bound_self && !PyType_Check(base->obj.ptr()) &&
+      base->source >= 0 && (which == "hasattr" || args.size() == 3)) {
+    // A class with a __getattr__ of its own (diffusers' ModelMixin forwarding old config
+    // names, a wrapper forwarding to what it wraps) and an attribute the instance and the
+    // class lack: Python asks that __getattr__, whose AttributeError (its own, or nn.Module's
+    // through super()) gives the default. The absence and the hook are guarded, the hook traced.
+    PyObject* hook = _PyType_Lookup(type, kGetattr);  // Borrowed
+    static PyObject* const kModuleGetattr =
+        py::object(PyRefs::get().module_type.attr("__getattr__")).release().ptr();
+    if (hook != nullptr && hook != kModuleGetattr && PyFunction_Check(hook) &&
+        is_user_function(host_, hook)) {
+      py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name, true);
+      if (how[0].cast<Presence>() == Presence::kAbsent) {
+        for (py::handle store : PyRefs::get().support.attr("absent_attribute_stores")(base->obj)) {
+          guard_instance_dict(*this, base, store.cast<std::string>(), name, false);
+        }
+        guard_class_attribute(base, name, false);
+        guard_class_attribute(base, "__getattr__", true, /*same_object=*/true);
+        inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
+                    {base, Value::constant(py::str(name))}, {});
+        frame().on_missing = which == "hasattr" ? Value::constant(py::bool_(false)) : args[2];
+        if (which == "hasattr") frame().on_found = Value::constant(py::bool_(true));
+        return nullptr;
+      }
+    }
+  }
   if (which == "getattr" && args.size() == 2) {
     // As `obj.name`: through a class's own __getattribute__ or a property's getter (inlined);
     // a missing attribute raises there.
@@ -579,6 +610,32 @@ ValuePtr Tracer::missing_attribute_hook(const ValuePtr& base, const std::string&
   guard_class_attribute(base, "__getattr__", true, /*same_object=*/true);
   if (has_instance_dict(obj)) guard_instance_dict(*this, base, "__dict__", name, false);
   ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(hook));
+  read->role = ObjRole::kAttrHook;
+  read->bound_self = base;
+  read->method = name;
+  return read;
+}
+
+ValuePtr Tracer::missing_attribute_raise(const ValuePtr& base, const std::string& name, AttrLookup how) {
+  // An attribute neither the instance nor its class has, and no __getattr__: read where a
+  // hasattr / getattr default or a try block may catch it (a class's __getattr__ forwarding to
+  // what it wraps, asked by hasattr), the AttributeError is raised in the trace
+  // (_python_forms.trace_missing_attribute, inlined); its absence is guarded.
+  PyObject* obj = base->obj.ptr();
+  if (how != AttrLookup::kInlinable || base->source < 0 || !base->is(ObjRole::kPlain) ||
+      base->bound_self || PyType_Check(obj) || PyModule_Check(obj)) {
+    return nullptr;
+  }
+  PyRefs& refs = PyRefs::get();
+  py::tuple presence = refs.support.attr("attribute_presence")(base->obj, name, false);
+  if (presence[0].cast<Presence>() != Presence::kAbsent) return nullptr;
+  for (py::handle store : refs.support.attr("absent_attribute_stores")(base->obj)) {
+    guard_instance_dict(*this, base, store.cast<std::string>(), name, false);
+  }
+  guard_class_attribute(base, name, false);
+  static PyObject* const kRaise =
+      py::object(py::module_::import("framejit._python_forms").attr("trace_missing_attribute")).release().ptr();
+  ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(kRaise));
   read->role = ObjRole::kAttrHook;
   read->bound_self = base;
   read->method = name;

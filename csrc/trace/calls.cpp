@@ -669,6 +669,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       return constant_result(call_python(bound, {args.begin() + 1, args.end()}, kwargs),
                              callable_name(bound));
     }
+    if (self->is_const() && self->source < 0 && Py_IS_TYPE(self->obj.ptr(), &PyDictProxy_Type) &&
+        args.size() == 1 && kwargs.empty() && (name == "keys" || name == "values" || name == "items")) {
+      // inspect.signature(f).parameters.keys() (diffusers' Attention asks its processor's):
+      // the proxy is a constant of the trace, its entries too (a tuple of them stands for the view).
+      return Value::constant_tree(py::tuple(self->obj.attr(name.c_str())()));
+    }
     if (ValuePtr out = container_method(name, args, kwargs)) return out;
     if (ValuePtr out = set_method(self, name, args, kwargs)) return out;
     if (self->kind == VKind::kList && kwargs.empty() && (name == "append" || name == "extend")) {
@@ -746,10 +752,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->bound_self) {  // a method of a user object or module: self goes first
     args.insert(args.begin(), fn->bound_self);
   }
-  if (is_module(callable)) {
-    inline_module_call(fn, std::move(args), std::move(kwargs));
-    return nullptr;
-  }
+  if (is_module(callable)) return inline_module_call(fn, std::move(args), std::move(kwargs));
   if (callable.ptr() == refs.function_apply.ptr() && !args.empty() &&
       PyType_Check(args[0]->obj.ptr()) && args[0]->kind == VKind::kObject &&
       PyObject_IsSubclass(args[0]->obj.ptr(), refs.autograd_function.ptr()) == 1) {

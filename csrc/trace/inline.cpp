@@ -450,8 +450,8 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   frames_.push_back(std::move(callee));
 }
 
-void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args,
-                                KwValues kwargs) {
+ValuePtr Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args,
+                                    KwValues kwargs) {
   args.insert(args.begin(), module);
   py::handle obj = module->obj;
   ValuePtr self = module;
@@ -499,9 +499,16 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
     const bool shadowed = own != nullptr && PyDict_Check(own) &&
                           PyDict_GetItemString(own, "forward") != nullptr;
     Py_XDECREF(own);
-    if (shadowed) {
+    if (shadowed && (forward_hooks || self->source < 0)) {
       FJ_UNSUPPORTED(kUnsupportedCall, "module {} has a forward of its own instance",
                      Py_TYPE(obj.ptr())->tp_name);
+    }
+    if (shadowed) {
+      // `self.forward = self.forward_slicing` in __init__ (timm's FasterNet): what
+      // nn.Module.__call__ runs is that value, read by source (so guarded) and called.
+      ValuePtr own_forward = attr(self, "forward");
+      args.erase(args.begin());
+      return Tracer::call(own_forward, std::move(args), std::move(kwargs));
     }
   }
   py::object forward = py::getattr(py::reinterpret_borrow<py::object>(
@@ -532,9 +539,10 @@ void Tracer::inline_module_call(const ValuePtr& module, std::vector<ValuePtr> ar
         self, forward_value, Value::tuple(std::vector<ValuePtr>(args.begin() + 1, args.end())),
         Value::dict(std::move(key_objects), std::move(values))};
     inline_call(Value::object(py::reinterpret_borrow<py::object>(kForm)), kForm, std::move(form_args), {});
-    return;
+    return nullptr;
   }
   inline_call(forward_value, forward, std::move(args), std::move(kwargs));
+  return nullptr;
 }
 
 bool Tracer::module_children(const ValuePtr& container, std::vector<ValuePtr>& out) {

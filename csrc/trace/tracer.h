@@ -210,6 +210,10 @@ class Tracer {
   // A kAttrHook for `base.name` that Python finds nowhere, where type(base) has a __getattr__
   // the trace can inline (the missing attribute guarded to stay missing); nullptr otherwise.
   ValuePtr missing_attribute_hook(const ValuePtr& base, const std::string& name, AttrLookup how);
+  // For `base.name` that Python finds nowhere and no __getattr__ makes up: a kAttrHook that
+  // raises the AttributeError in the trace (the absence guarded); nullptr where that is not
+  // decided without running code.
+  ValuePtr missing_attribute_raise(const ValuePtr& base, const std::string& name, AttrLookup how);
   ValuePtr item(const ValuePtr& base, const ValuePtr& key);
   // base[key] for a constant key the dict lacks, where its class makes the value: a
   // defaultdict whose factory the trace calls (a lambda, a class, set: the call and the store
@@ -377,7 +381,9 @@ class Tracer {
   // A generator function's call (may_make_generator) pushes its generator, not started.
   void inline_call(const ValuePtr& fn, py::handle function, std::vector<ValuePtr> args,
                    KwValues kwargs, bool may_make_generator = false);
-  void inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
+  // module(*args, **kwargs) through nn.Module.__call__: its forward inlined (nullptr), or the
+  // value of a forward set on the instance called as any callable.
+  ValuePtr inline_module_call(const ValuePtr& module, std::vector<ValuePtr> args, KwValues kwargs);
 
   // ---- generators and exceptions inside the trace (generators.cpp) ----
   // Runs the frame of the live generator `it` (kIter kGenerator) from where it stopped, pushed

@@ -831,3 +831,10 @@ def python_form(fn, keyed=False):
     if form is None and getattr(fn, "__code__", None) is _CONTEXTMANAGER_CODE:
         return _manager_form(fn)
     return form
+
+
+def trace_missing_attribute(obj, name):
+    """`obj.name` that the instance and its class lack, where no __getattr__ makes it up (the
+    absence guarded): the AttributeError Python raises, raised in the trace, so a hasattr /
+    getattr default or an `except AttributeError` around it catches it there."""
+    raise AttributeError(f"{type(obj).__name__!r} object has no attribute {name!r}")

@@ -11,6 +11,7 @@ import collections.abc
 import dataclasses
 import enum
 import functools
+import inspect
 import math
 import operator
 import os
@@ -222,6 +223,19 @@ def ex_nested_def(x):
 example("self.layers[0](x)")(lambda x: NET.layers[0](x))
 example("hooked(x)")(lambda x: HOOKED(x) + 1)
 example("bw_hooked(x)")(lambda x: BW_HOOKED(x) + 1)
+
+
+class _OwnForward(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.forward = self.doubled
+
+    def doubled(self, x):
+        return x * 2
+
+
+OWN_FORWARD = _OwnForward()
+example("own_forward(x)")(lambda x: OWN_FORWARD(x) + 1)
 example("x @ self.weight - self.offset")(lambda x: x @ NET.weight - NET.offset)
 example("self.bn(self.conv(x))", lambda: (torch.randn(2, 1, 4, 4),))(
     lambda x: NET.bn(NET.conv(x)))
@@ -302,6 +316,7 @@ class _Forwarding:
 
 FORWARDING = _Forwarding()
 example("forwarded.weight")(lambda x: x * FORWARDING.weight)
+example('hasattr(forwarded, "_hook")')(lambda x: x * (2 if hasattr(FORWARDING, "_hook") else 3))
 
 
 class _RenamingConfig:
@@ -799,6 +814,11 @@ def ex_generator_manager(x):
 def ex_init_fans(x):
     fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(x)
     return x * (fan_in + fan_out)
+
+
+@example("set(inspect.signature(fn).parameters.keys())")
+def ex_signature_keys(x):
+    return x * len(set(inspect.signature(ex_torch_assert).parameters.keys()))
 
 
 @example('torch._assert(x.shape[0] == 4, "rows")')

@@ -491,3 +491,33 @@ def test_a_weight_norm_parametrization_and_a_submodule_named_output_are_one_grap
     counter = CompileCounter()
     assert same(framejit.compile(star_of_a_generator, backend=counter)(xs), star_of_a_generator(xs))
     assert counter.frame_count == 1
+
+
+class _PartialConv(torch.nn.Module):
+    """timm's FasterNet Partial_conv3: `self.forward = self.forward_slicing` in __init__."""
+
+    def __init__(self, mode):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(2, 2, 3, padding=1, bias=False)
+        self.forward = self.forward_slicing if mode == "slicing" else self.forward_split
+
+    def forward_slicing(self, x):
+        x = x.clone()
+        x[:, :2] = self.conv(x[:, :2])
+        return x
+
+    def forward_split(self, x):
+        a, b = torch.split(x, [2, x.shape[1] - 2], dim=1)
+        return torch.cat((self.conv(a), b), 1)
+
+
+def test_a_forward_set_on_the_instance_is_traced_and_guarded():
+    for mode in ("slicing", "split"):
+        model = torch.nn.Sequential(_PartialConv(mode), torch.nn.ReLU())
+        counter = CompileCounter()
+        compiled = framejit.compile(model, backend=counter)
+        x = torch.randn(2, 5, 6, 6)
+        assert same(compiled(x), model(x)) and counter.frame_count == 1
+        assert framejit.explain(model)(x).graph_break_count == 0
+        model[0].forward = model[0].forward_split if mode == "slicing" else model[0].forward_slicing
+        assert same(compiled(x), model(x)) and counter.frame_count == 2  # the guard saw the change

@@ -1332,3 +1332,66 @@ def test_torch_assert_on_sizes_is_a_guard_in_one_graph():
     assert counter.frame_count == 1 and framejit.explain(model)(x).graph_break_count == 0
     with pytest.raises(AssertionError, match="height 12 is not 8"):
         compiled(torch.randn(2, 3, 12, 12))  # the guard fails; the new trace raises as eager does
+
+
+class _ConfigForwarding(torch.nn.Module):
+    """diffusers' ModelMixin: a __getattr__ of its own that serves old config names and asks
+    nn.Module's for the rest (whose AttributeError hasattr / getattr's default turn into False
+    / the default)."""
+
+    def __init__(self):
+        super().__init__()
+        self._internal_dict = {"sample_size": 4}
+        self.lin = torch.nn.Linear(3, 3)
+
+    def __getattr__(self, name):
+        in_config = "_internal_dict" in self.__dict__ and name in self.__dict__["_internal_dict"]
+        if in_config and name not in self.__dict__:
+            return self.__dict__["_internal_dict"][name]
+        return super().__getattr__(name)
+
+
+def asks_a_forwarding_getattr(x, model):
+    y = model.lin(x) * model.sample_size
+    if not hasattr(model, "_diffusers_hook"):
+        y = y + 1
+    if hasattr(model, "lin") and hasattr(model, "sample_size"):
+        y = y * 2
+    return y + getattr(model, "missing", 3)
+
+
+def test_hasattr_and_getattr_default_through_a_classs_own_getattr_are_one_graph():
+    model = _ConfigForwarding()
+    counter = CompileCounter()
+    compiled = framejit.compile(asks_a_forwarding_getattr, backend=counter)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        assert same(compiled(x, model), asks_a_forwarding_getattr(x, model))
+    assert counter.frame_count == 1
+    assert framejit.explain(asks_a_forwarding_getattr)(x, model).graph_break_count == 0
+    model._diffusers_hook = "hooked"  # now present: the guard on its absence fails
+    assert same(compiled(x, model), asks_a_forwarding_getattr(x, model)) and counter.frame_count == 2
+    model._internal_dict["missing"] = 10  # __getattr__'s answer changed: its dict read is guarded
+    assert same(compiled(x, model), asks_a_forwarding_getattr(x, model)) and counter.frame_count == 3
+
+
+import inspect  # noqa: E402
+
+
+class _Processor:
+    def __call__(self, attn, hidden_states, encoder_hidden_states=None, scale=1.0):
+        return hidden_states
+
+
+def unused_processor_kwargs(x, processor, kwargs):
+    names = set(inspect.signature(processor.__call__).parameters.keys())
+    unused = [k for k, _ in kwargs.items() if k not in names]
+    defaults = [p.default for p in inspect.signature(processor.__call__).parameters.values()]
+    empty = [name for name, p in inspect.signature(processor.__call__).parameters.items()
+             if p.default is inspect.Parameter.empty]
+    return x * len(names) + len(unused) + defaults[-1], empty
+
+
+def test_a_signatures_parameters_keys_values_and_items_are_constants_of_one_graph():
+    counter = run_both(unused_processor_kwargs, torch.randn(2), _Processor(), {"scale": 2.0, "ip": 1})
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(unused_processor_kwargs)] == ["return"]

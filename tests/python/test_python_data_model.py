@@ -623,6 +623,43 @@ def test_an_attribute_a_getattr_made_is_read_again_once_the_instance_has_it():
         del Forwarding.weight
 
 
+class _Settings:
+    def __init__(self):
+        self.scale = 3.0
+
+
+class _Wrapper:
+    """Forwards to what it wraps: a name the settings lack raises AttributeError there."""
+
+    def __init__(self):
+        self.settings = _Settings()
+
+    def __getattr__(self, name):
+        return getattr(self.settings, name)
+
+
+def asks_missing_attributes(x, wrapper, settings):
+    try:
+        shift = settings.shift
+    except AttributeError:
+        shift = 1.0
+    y = x * wrapper.scale + shift + getattr(wrapper, "bias", 0.5)
+    return y if hasattr(wrapper, "missing") else y * 2
+
+
+def test_a_missing_attribute_raises_attributeerror_in_the_trace_and_is_guarded():
+    wrapper, settings = _Wrapper(), _Settings()
+    counter, explained = compile_and_compare(asks_missing_attributes, torch.randn(2), wrapper, settings)
+    assert counter.frame_count == 1 and explained.graph_break_count == 0
+    compiled = framejit.compile(asks_missing_attributes, backend=counter)
+    x = torch.randn(2)
+    for name, value in (("shift", 5.0), ("bias", 7.0), ("missing", 1)):
+        target = settings if name == "shift" else wrapper.settings
+        setattr(target, name, value)  # now present: the guard on its absence fails
+        assert same(compiled(x, wrapper, settings), asks_missing_attributes(x, wrapper, settings))
+    assert counter.frame_count == 4
+
+
 def keeps_accepted_kwargs(module, x, **kwargs):
     import inspect
     accepted = set(inspect.signature(module.forward).parameters)
