@@ -15,15 +15,36 @@ bool is_constant_type(PyObject* obj) {
     return true;
   }
   const PyRefs& refs = PyRefs::get();
-  return reinterpret_cast<PyObject*>(type) == refs.dtype_type.ptr() ||
-         reinterpret_cast<PyObject*>(type) == refs.device_type.ptr() ||
-         reinterpret_cast<PyObject*>(type) == refs.size_type.ptr();
+  if (reinterpret_cast<PyObject*>(type) == refs.dtype_type.ptr() ||
+      reinterpret_cast<PyObject*>(type) == refs.device_type.ptr() ||
+      reinterpret_cast<PyObject*>(type) == refs.size_type.ptr()) {
+    return true;
+  }
+  // A small frozenset of such constants (diffusers' devices lacking float64): guarded equal.
+  if (PyFrozenSet_CheckExact(obj) && PySet_GET_SIZE(obj) <= 64) {
+    PyObject* iter = PyObject_GetIter(obj);  // New
+    if (iter == nullptr) {
+      PyErr_Clear();
+      return false;
+    }
+    bool all_constant = true;
+    while (PyObject* item = PyIter_Next(iter)) {  // New
+      all_constant = all_constant && is_constant_type(item);
+      Py_DECREF(item);
+    }
+    Py_DECREF(iter);
+    return all_constant;
+  }
+  return false;
 }
 
 bool is_identity_object(PyObject* obj) {
+  // (An Enum member is one of its class's singletons: a registry keyed by members, as
+  // diffusers' attention backends are, is read with the member itself as the key.)
   return PyModule_Check(obj) || PyFunction_Check(obj) || PyCFunction_Check(obj) || PyCode_Check(obj) ||
          PyType_Check(obj) || Py_TYPE(obj) == &PyMethodDescr_Type ||
-         Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type;
+         Py_TYPE(obj) == &PyWrapperDescr_Type || Py_TYPE(obj) == &PyClassMethodDescr_Type ||
+         PyRefs::get().is_enum_member(obj);
 }
 
 namespace {

@@ -1000,6 +1000,26 @@ def ex_registry_by_class(x):
     return x * 2 if name == "torch" else x
 
 
+class _Speed(enum.Enum):
+    FAST = "fast"
+    SAFE = "safe"
+
+
+BY_MODE = {_Speed.FAST: 2.0, _Speed.SAFE: 1.0}
+ACTIVE_MODE = _Speed.FAST
+SKIPPED_DEVICES = frozenset({"mps", "npu"})
+
+
+@example("BY_MODE[ACTIVE_MODE]")
+def ex_registry_by_enum(x):
+    return x * BY_MODE[ACTIVE_MODE]
+
+
+@example("x.device.type in SKIPPED_DEVICES")
+def ex_frozenset_global(x):
+    return x.float() if x.device.type in SKIPPED_DEVICES else x * 2
+
+
 _CHECKPOINTED = nn.Linear(4, 4)
 
 

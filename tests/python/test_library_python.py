@@ -1395,3 +1395,56 @@ def unused_processor_kwargs(x, processor, kwargs):
 def test_a_signatures_parameters_keys_values_and_items_are_constants_of_one_graph():
     counter = run_both(unused_processor_kwargs, torch.randn(2), _Processor(), {"scale": 2.0, "ip": 1})
     assert counter.frame_count == 1 and [r["exit"] for r in regions(unused_processor_kwargs)] == ["return"]
+
+
+class _Backend(str, enum.Enum):
+    FLASH = "flash"
+    NATIVE = "native"
+
+
+def _native_attention(query, scale=1.0):
+    return query * scale
+
+
+class _Registry:
+    """diffusers' _AttentionBackendRegistry: functions and argument names keyed by enum members."""
+    _backends = {_Backend.FLASH: lambda query: query, _Backend.NATIVE: _native_attention}
+    _arg_names = {_Backend.NATIVE: {"query", "scale"}, _Backend.FLASH: {"query"}}
+    _active = _Backend("native")
+
+    @classmethod
+    def active(cls):
+        return cls._active, cls._backends[cls._active]
+
+
+_UNSUPPORTED_DEVICES = {torch.float64: frozenset({"mps", "npu"})}
+
+
+def dispatches_by_enum(x, **kwargs):
+    name, fn = _Registry.active()
+    kwargs = {k: v for k, v in {"query": x, **kwargs}.items() if k in _Registry._arg_names[name]}
+    unsupported = _UNSUPPORTED_DEVICES.get(torch.float64)
+    dtype = torch.float32 if unsupported and x.device.type in unsupported else torch.float64
+    return fn(**kwargs).to(dtype), name in _Registry._backends, _Registry._backends.get(_Backend.FLASH) is None
+
+
+def test_a_registry_keyed_by_enum_members_and_a_frozenset_global_are_one_graph():
+    counter = CompileCounter()
+    compiled = framejit.compile(dispatches_by_enum, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x, scale=2.0, dropout=0.1), dispatches_by_enum(x, scale=2.0, dropout=0.1))
+    assert counter.frame_count == 1
+    assert framejit.explain(dispatches_by_enum)(x, scale=2.0).graph_break_count == 0
+    _Registry._active = _Backend.FLASH  # another member: the identity guard on it fails
+    try:
+        assert same(compiled(x, scale=2.0), dispatches_by_enum(x, scale=2.0))
+        assert counter.frame_count == 2
+    finally:
+        _Registry._active = _Backend.NATIVE
+    _UNSUPPORTED_DEVICES[torch.float64] = frozenset({"cpu"})  # a new frozenset: guarded equal
+    try:
+        assert same(compiled(x, scale=2.0), dispatches_by_enum(x, scale=2.0))
+        assert compiled(x, scale=2.0)[0].dtype == torch.float32
+    finally:
+        _UNSUPPORTED_DEVICES[torch.float64] = frozenset({"mps", "npu"})
+
