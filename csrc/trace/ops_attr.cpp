@@ -150,9 +150,66 @@ bool is_nn_module(PyObject* obj) {
   return is == 1;
 }
 
+// typing's own forms (List, Optional, List[int]) and builtin generic aliases (list[int]).
+bool is_annotation(PyObject* obj) {
+  if (Py_TYPE(obj) == &Py_GenericAliasType) return true;
+  static PyObject* const kModule = PyUnicode_InternFromString("__module__");
+  py::object module = py::reinterpret_steal<py::object>(
+      PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(obj)), kModule));
+  if (!module) PyErr_Clear();
+  return module && PyUnicode_Check(module.ptr()) &&
+         PyUnicode_CompareWithASCIIString(module.ptr(), "typing") == 0;
+}
+
+// The Python object a subscript key stands for where it is known at trace time: a constant,
+// a class (torch.Tensor in List[torch.Tensor]), an annotation, or a tuple of those
+// (Dict[str, Optional[Tensor]]).
+bool annotation_key(const ValuePtr& key, py::object& out) {
+  if (key->kind == VKind::kObject && key->is(ObjRole::kPlain) && !key->bound_self &&
+      is_annotation(key->obj.ptr())) {
+    out = key->obj;
+    return true;
+  }
+  if (key->kind == VKind::kTuple && key->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+    py::list parts;
+    for (const auto& item : key->items) {
+      py::object part;
+      if (!annotation_key(item, part)) return false;
+      parts.append(part);
+    }
+    out = py::tuple(parts);
+    return true;
+  }
+  return key->as_key(out);
+}
+
+// List[torch.Tensor], Optional[int], tuple[int, ...]: an annotation made from constants (timm's
+// `torch.jit.annotate(List[torch.Tensor], [])`), made at trace time as Python makes it (typing
+// caches them): typing's own forms and builtin generic aliases only.
+ValuePtr annotation_subscript(Tracer& t, const ValuePtr& base, const ValuePtr& key) {
+  if ((!base->is(ObjRole::kPlain) && !base->is_const()) || base->bound_self) return nullptr;
+  PyObject* obj = base->obj.ptr();
+  // (a builtin class: list[int] is type.__class_getitem__'s alias)
+  const bool builtin_class = PyType_Check(obj) &&
+                             !(reinterpret_cast<PyTypeObject*>(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE);
+  if (!builtin_class && !is_annotation(obj)) return nullptr;
+  py::object k;
+  if (!annotation_key(t.sizes().concretize(key), k)) return nullptr;
+  PyObject* made = PyObject_GetItem(base->obj.ptr(), k.ptr());  // New
+  if (made == nullptr) {
+    PyErr_Clear();
+    return nullptr;  // (Python raises it: the trace reports the subscript)
+  }
+  return Value::object(py::reinterpret_steal<py::object>(made));
+}
+
 void op_binary_subscr(Tracer& t, const Instr&) {
   ValuePtr key = t.pop();
   ValuePtr base = t.pop();
+  if (ValuePtr annotation = annotation_subscript(t, base, key)) {
+    t.push(std::move(annotation));
+    return;
+  }
   if (ValuePtr found = t.environ_lookup(base, key, nullptr, false)) {  // os.environ[key]
     t.push(std::move(found));
     return;

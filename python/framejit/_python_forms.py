@@ -22,6 +22,8 @@ import types
 import typing
 import weakref
 
+import torch
+
 from . import _C
 
 
@@ -532,7 +534,13 @@ def trace_nsmallest(n, iterable, key=None):
     return sorted(iterable, key=key)[:n]
 
 
+def trace_jit_annotate(the_type, the_value):
+    """torch.jit.annotate: the value (the type is TorchScript's)."""
+    return the_value
+
+
 _FORMS.update({
+    torch.jit.annotate: trace_jit_annotate,
     collections._count_elements: trace_count_elements,
     heapq.nlargest: trace_nlargest,
     heapq.nsmallest: trace_nsmallest,

@@ -934,6 +934,13 @@ def ex_record_function(x):
     return y
 
 
+@example("torch.jit.annotate(List[torch.Tensor], [])")
+def ex_jit_annotate(x):
+    outs = torch.jit.annotate(typing.List[torch.Tensor], [])
+    outs.append(x)
+    return outs[0] * 2, (list[int], typing.Optional[int])
+
+
 @example("typing.cast(torch.Tensor, x)")
 def ex_cast(x):
     return typing.cast(torch.Tensor, x) * 2

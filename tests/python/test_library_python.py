@@ -1448,3 +1448,21 @@ def test_a_registry_keyed_by_enum_members_and_a_frozenset_global_are_one_graph()
     finally:
         _UNSUPPORTED_DEVICES[torch.float64] = frozenset({"mps", "npu"})
 
+
+from typing import Dict, List, Optional  # noqa: E402
+
+
+def collects_with_annotations(x):
+    """timm's CrossViT: TorchScript annotations made inside the forward."""
+    outs = torch.jit.annotate(List[torch.Tensor], [])
+    for i in range(3):
+        outs.append(x * i)
+    named = torch.jit.annotate(Dict[str, Optional[torch.Tensor]], {"first": outs[0]})
+    kinds = (list[int], tuple[int, ...], Optional[int])
+    return torch.stack(outs).sum(0) + named["first"], kinds
+
+
+def test_torch_jit_annotate_and_typing_subscripts_are_one_graph():
+    counter = run_both(collects_with_annotations, torch.randn(3))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(collects_with_annotations)] == ["return"]
+
