@@ -903,7 +903,11 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
         if (module_children(base, children)) {
           py::object keys = PyRefs::get().support.attr("module_container_keys")(base->obj);
           py::list names = keys[py::int_(1)];
-          if (PyLong_CheckExact(k.ptr()) && !children.empty() && children[0]->kind != VKind::kConst) {
+          // (a ModuleDict's children here are its names: no index reads one; a ModuleList's
+          // may be None, which ModuleList holds as it holds modules)
+          const bool is_dict = PyObject_IsInstance(
+              base->obj.ptr(), PyRefs::get().torch.attr("nn").attr("ModuleDict").ptr()) == 1;
+          if (PyLong_CheckExact(k.ptr()) && !is_dict) {
             Py_ssize_t i = k.cast<Py_ssize_t>();
             const Py_ssize_t n = static_cast<Py_ssize_t>(children.size());
             if (i < 0) i += n;

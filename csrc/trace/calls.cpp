@@ -501,6 +501,23 @@ ValuePtr Tracer::autograd_function_call(std::vector<ValuePtr> args, KwValues kwa
 
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
+  // `@functools.wraps(fn)` on a function defined in the trace (x-transformers' `maybe(fn)`): the
+  // decorator is _support.wraps_applied bound to what it wraps; applied, the made function
+  // remembers it, and functools.update_wrapper runs where that function is rebuilt.
+  static PyObject* const kWraps = py::object(py::module_::import("functools").attr("wraps")).release().ptr();
+  static PyObject* const kWrapsApplied = py::object(refs.support.attr("wraps_applied")).release().ptr();
+  if (fn->obj.ptr() == kWraps && !fn->bound_self && !fn->is_special_object() && args.size() == 1 &&
+      kwargs.empty()) {
+    ValuePtr decorator = Value::object(py::reinterpret_borrow<py::object>(kWrapsApplied));
+    decorator->bound_self = args[0];
+    return decorator;
+  }
+  if (fn->obj.ptr() == kWrapsApplied && fn->bound_self && args.size() == 1 && kwargs.empty() &&
+      args[0]->is(ObjRole::kMadeFunction) && !args[0]->wrapped) {
+    ValuePtr decorated = std::make_shared<Value>(*args[0]);  // values are shared: change a copy
+    decorated->wrapped = fn->bound_self;
+    return decorated;
+  }
   if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
     inline_call(fn, py::none(), std::move(args), std::move(kwargs), /*may_make_generator=*/true);
     return nullptr;
@@ -1386,8 +1403,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   if (kind == CallableKind::kQuery || (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs))) {
     if (kind == CallableKind::kQuery && args.size() == 1 && kwargs.empty() &&
-        args[0]->kind == VKind::kSymNum && callable_name(callable) == "is_tensor") {
-      return Value::constant(py::bool_(false));  // a number's type, whatever its value
+        callable_name(callable) == "is_tensor") {
+      // No tensor whatever its value: a number, a container of the trace, an object whose
+      // class the guards fix (a module: x-transformers' `next(a for a in args if is_tensor(a))`).
+      const ValuePtr& a = args[0];
+      const bool container = a->kind == VKind::kTuple || a->kind == VKind::kList ||
+                             a->kind == VKind::kDict || a->kind == VKind::kIter;
+      const bool plain_object =
+          a->kind == VKind::kObject && a->is(ObjRole::kPlain) &&
+          !PyObject_TypeCheck(a->obj.ptr(), reinterpret_cast<PyTypeObject*>(refs.tensor_type.ptr()));
+      if (a->kind == VKind::kSymNum || container || plain_object) return Value::constant(py::bool_(false));
     }
     if (kind == CallableKind::kQuery) sizes_.make_constant_args(args, kwargs);
     if (!all_constant(args, kwargs) && !any_tensor(args, kwargs)) {

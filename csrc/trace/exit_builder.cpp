@@ -209,6 +209,10 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
       if (value->role == ObjRole::kMadeFunction) {  // a function made in the trace, escaping
         std::vector<Rebuild> parts = {Rebuild::constant(value->obj), Rebuild::constant(value->globals)};
         for (const auto& part : value->items) parts.push_back(rebuild_of(part));
+        if (value->wrapped) {
+          parts.push_back(rebuild_of(value->wrapped));
+          parts.push_back(Rebuild::constant(py::bool_(true)));
+        }
         for (auto& part : parts) {
           if (part.kind == Rebuild::Kind::kNull) part = Rebuild::constant(py::none());
         }

@@ -244,7 +244,13 @@ ValuePtr Tracer::partial_call(const ValuePtr& fn, py::handle callable, std::vect
   if (!fn->is(ObjRole::kPartial) && callable.ptr() == partial_type) {
     if (args.empty()) FJ_UNSUPPORTED(kUnsupportedCall, "functools.partial() without a function");
     bool fixed = true;
-    for (const ValuePtr& a : args) fixed = fixed && (a->is_constant_tree() || (a->is(ObjRole::kPlain) && !a->bound_self));
+    // (an object read by source whose attributes the call reads, a module: kept as the
+    // trace's value, so those reads stay guarded reads by source)
+    for (const ValuePtr& a : args) {
+      fixed = fixed && (a->is_constant_tree() ||
+                        (a->is(ObjRole::kPlain) && !a->bound_self &&
+                         (a->source < 0 || is_identity_object(a->obj.ptr()))));
+    }
     for (const auto& kw : kwargs) fixed = fixed && kw.second->is_constant_tree();
     if (fixed) {  // partial(f, *args, **kw) of values fixed at trace time: the real object
       py::list py_args;

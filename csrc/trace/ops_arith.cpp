@@ -620,6 +620,11 @@ bool same_identity(Tracer& t, const ValuePtr& lhs, const ValuePtr& rhs) {
   } else if ((lhs->is_const() && is_singleton(lhs->obj.ptr()) && is_container(rhs)) ||
              (rhs->is_const() && is_singleton(rhs->obj.ptr()) && is_container(lhs))) {
     same = false;  // `hidden_states is None` of a tuple: a tuple, list or dict is no None
+  } else if ((lhs->is_const() && lhs->obj.ptr() != Py_True && lhs->obj.ptr() != Py_False &&
+              is_singleton(lhs->obj.ptr()) && rhs->kind == VKind::kSymNum) ||
+             (rhs->is_const() && rhs->obj.ptr() != Py_True && rhs->obj.ptr() != Py_False &&
+              is_singleton(rhs->obj.ptr()) && lhs->kind == VKind::kSymNum)) {
+    same = false;  // `scale is not None` of a number computed in the trace: no number is None
   } else if (holds_items(lhs) || holds_items(rhs)) {
     same = container_identity(t, holds_items(lhs) ? lhs : rhs, holds_items(lhs) ? rhs : lhs);
   } else {

@@ -172,6 +172,9 @@ void merge_into(Tracer& t, const Instr& i, bool merge) {
 std::vector<ValuePtr> unpacked_items(Tracer& t, const ValuePtr& seq) {
   std::vector<ValuePtr> items;
   if (seq->kind == VKind::kTensor) return t.tensor_rows(seq)->items;  // a, b = x
+  // `norm, block, residual = self.layers[i]` of a ModuleList (read by source): its children,
+  // as iterating it gives them (a ModuleDict's names).
+  if (seq->kind == VKind::kObject && seq->source >= 0 && t.module_children(seq, items)) return items;
   if (!iterable_items(seq, items)) {
     FJ_UNSUPPORTED(kUnsupportedValue, "unpacking {} is not traced yet", seq->describe());
   }

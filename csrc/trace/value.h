@@ -162,6 +162,8 @@ struct Value {
                                  // the exit (Tracer::make_writable)
   int memo = -1;                 // exit rebuilding: the memo slot of a container, -1 if none
   ValuePtr bound_self;           // kObject holding a Python function bound to an instance
+  ValuePtr wrapped;              // kObject kMadeFunction decorated by functools.wraps(wrapped):
+                                 // functools.update_wrapper runs where it is rebuilt
   ValuePtr origin;               // kObject kNewObject: the class value it was made from (guards
                                  // on the class's methods are read through it)
   py::object remake;             // kObject made at trace time by a constructor the exit calls

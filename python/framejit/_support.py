@@ -1096,12 +1096,21 @@ def make_partial(func, args, keyword_pairs):
     return functools.partial(func, *args, **dict(keyword_pairs))
 
 
-def make_function(code, globals_, defaults, kwdefaults, closure):
-    """A function the traced code made (MAKE_FUNCTION) and that outlives the region."""
+def make_function(code, globals_, defaults, kwdefaults, closure, wrapped=None, decorated=False):
+    """A function the traced code made (MAKE_FUNCTION) and that outlives the region; one that
+    `@functools.wraps(wrapped)` decorated gets wrapped's metadata as the decorator gives it."""
     fn = types.FunctionType(code, globals_, code.co_name, defaults, closure)
     fn.__kwdefaults__ = kwdefaults
     fn.__qualname__ = code.co_qualname
+    if decorated:
+        functools.update_wrapper(fn, wrapped)
     return fn
+
+
+def wraps_applied(wrapped, wrapper):
+    """What `functools.wraps(wrapped)` returns, applied to wrapper (the tracer binds this to
+    `wrapped` for a wraps decorator made in the trace)."""
+    return functools.update_wrapper(wrapper, wrapped)
 
 
 def default_device():

@@ -279,6 +279,33 @@ def ex_modulelist_slice(x):
     return x
 
 
+PAIRS = nn.ModuleList([nn.ModuleList([nn.LayerNorm(4), nn.Linear(4, 4)]), nn.ModuleList([nn.Identity(), None])])
+
+
+@example("norm, block = self.pairs[0]")
+def ex_modulelist_unpack(x):
+    norm, block = PAIRS[0]
+    _, missing = PAIRS[1]
+    return block(norm(x)) if missing is None else x
+
+
+@example("partial(self.block, scale=2.0)(x)")
+def ex_partial_of_module(x):
+    return functools.partial(NET.mha, need_weights=False)(x[None], x[None], x[None])[0] + 1
+
+
+def _maybe_wrapped(fn):
+    @functools.wraps(fn)
+    def inner(t):
+        return t if t is None else fn(t)
+    return inner
+
+
+@example("@functools.wraps(fn) def inner(...)")
+def ex_wraps_in_trace(x):
+    return _maybe_wrapped(NET.layers[0])(x) * 2
+
+
 @example("if self.training:")
 def ex_training(x):
     if NET.training:

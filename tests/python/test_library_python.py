@@ -1466,3 +1466,102 @@ def test_torch_jit_annotate_and_typing_subscripts_are_one_graph():
     counter = run_both(collects_with_annotations, torch.randn(3))
     assert counter.frame_count == 1 and [r["exit"] for r in regions(collects_with_annotations)] == ["return"]
 
+
+def _maybe(fn=None):
+    """x-transformers' `maybe`: a wrapper made on every call with functools.wraps."""
+    if fn is None:
+        fn = _identity
+
+    @functools.wraps(fn)
+    def inner(x, *args, **kwargs):
+        if x is None:
+            return x
+        return fn(x, *args, **kwargs)
+    return inner
+
+
+def _identity(t):
+    """Gives t back."""
+    return t
+
+
+class _MaybeNormed(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = torch.nn.LayerNorm(4)
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        scale = x.shape[-1] ** -0.5
+        scale = scale if scale is not None else 1.0  # a number is never None
+        return _maybe(self.norm)(self.lin(x)) * scale + _maybe()(x), _maybe(None)(None)
+
+
+def one_graph_for_two_batch_sizes(model):
+    """model compiled and called at batch 2 and 3 against eager: one graph, no break."""
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    for batch in (2, 3):
+        x = torch.randn(batch, 4)
+        assert same(compiled(x), model(x))
+    assert counter.frame_count == 1 and framejit.explain(model)(x).graph_break_count == 0
+    return compiled, counter, x
+
+
+def test_functools_wraps_on_a_function_made_in_the_trace_is_one_graph():
+    one_graph_for_two_batch_sizes(_MaybeNormed())
+
+
+def returns_a_wrapper(x):
+    return x * 2, _maybe(_identity), _maybe(torch.nn.Identity())
+
+
+def test_a_wraps_decorated_function_leaving_the_region_has_the_wrapped_metadata():
+    x = torch.randn(3)
+    out, fn, of_module = framejit.compile(returns_a_wrapper)(x)
+    _, eager_fn, eager_of_module = returns_a_wrapper(x)
+    assert same(out, x * 2) and fn(x) is x and fn(None) is None
+    for name in ("__name__", "__qualname__", "__doc__", "__module__"):
+        assert getattr(fn, name) == getattr(eager_fn, name), name
+    assert fn.__wrapped__ is _identity
+    assert type(of_module.__wrapped__) is torch.nn.Identity and of_module.__doc__ == eager_of_module.__doc__
+    assert set(of_module.__dict__) == set(eager_of_module.__dict__)  # the module's __dict__ copied in
+
+
+class _Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.heads = 2
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x, scale=1.0):
+        first = next(a for a in (self, x) if torch.is_tensor(a))  # (the module is no tensor)
+        return self.lin(first) * self.heads * scale
+
+
+class _AttentionLayers(torch.nn.Module):
+    """x-transformers' AttentionLayers: per-layer variables zipped and unpacked, a ModuleList
+    holding None, each (norm, block) pair a ModuleList, the block called through a partial."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.ModuleList([torch.nn.LayerNorm(4), _Scaled()])
+                                           for _ in range(2)])
+        self.skips = torch.nn.ModuleList([None, None])
+        self.types = ("a", "f")
+        self.order = (0, 1)
+
+    def forward(self, x):
+        variables = (self.types, self.skips, self.layers)
+        variables = tuple(tuple(v[i] for i in self.order) for v in variables)
+        for kind, skip, (norm, block) in zip(*variables):
+            block = functools.partial(block, scale=0.5)
+            x = block(norm(x)) + (1.0 if skip is None else 0.0)
+        return x
+
+
+def test_module_lists_holding_none_and_pairs_unpacked_and_a_partial_of_a_module_are_one_graph():
+    model = _AttentionLayers()
+    compiled, counter, x = one_graph_for_two_batch_sizes(model)
+    model.layers[1][1].heads = 3  # read by source through the partial: guarded
+    assert same(compiled(x), model(x)) and counter.frame_count == 2
