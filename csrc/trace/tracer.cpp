@@ -474,6 +474,14 @@ bool Tracer::truthy(const ValuePtr& value) {
       return !value->items.empty();
     case VKind::kObject:
       if (value->is(ObjRole::kDictView)) return !dict_view_items(*value).empty();
+      if (!value->is(ObjRole::kNewObject) && PyRefs::get().is_enum_member(value->obj.ptr()) &&
+          !PyType_Check(value->obj.ptr())) {
+        // An Enum member (guarded by identity, a singleton of its class): its truth is its
+        // class's answer for it, fixed with it (an IntEnum's 0, a str Enum's "" are false).
+        const int result = PyObject_IsTrue(value->obj.ptr());
+        if (result < 0) throw py::error_already_set();
+        return result == 1;
+      }
       if (is_identity_object(value->obj.ptr()) && !value->is(ObjRole::kNewObject)) return true;
       if (PyTypeObject* type = value->is(ObjRole::kNewObject)
                                    ? reinterpret_cast<PyTypeObject*>(value->obj.ptr())  // obj: its class

@@ -1565,3 +1565,30 @@ def test_module_lists_holding_none_and_pairs_unpacked_and_a_partial_of_a_module_
     compiled, counter, x = one_graph_for_two_batch_sizes(model)
     model.layers[1][1].heads = 3  # read by source through the partial: guarded
     assert same(compiled(x), model(x)) and counter.frame_count == 2
+
+
+class _Level(enum.IntEnum):
+    OFF = 0
+    ON = 1
+
+
+class _Flags:
+    level = _Level.OFF
+    name = _Backend.NATIVE
+
+
+def branches_on_enum_members(x):
+    y = x * 2 if _Flags.level else x - 1  # IntEnum 0 is false, as in eager
+    return y + 1 if _Flags.name else y
+
+
+def test_the_truth_of_an_enum_member_read_by_source_is_its_own():
+    counter = CompileCounter()
+    compiled = framejit.compile(branches_on_enum_members, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x), branches_on_enum_members(x))
+    _Flags.level = _Level.ON  # another member: the identity guard fails, the branch flips
+    try:
+        assert same(compiled(x), branches_on_enum_members(x)) and counter.frame_count == 2
+    finally:
+        _Flags.level = _Level.OFF
