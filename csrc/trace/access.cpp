@@ -12,6 +12,7 @@ namespace {
 
 void guard_instance_dict(Tracer& t, const ValuePtr& base, const std::string& store,
                          const std::string& name, bool present);
+void guard_attribute_absent(Tracer& t, const ValuePtr& base, const std::string& name);
 
 // How obj.name resolves in the common cases, read in C as framejit._support.resolve_attribute
 // would answer them: instance state (the instance __dict__, or, when the class has nothing of
@@ -536,10 +537,7 @@ ValuePtr Tracer::attribute_builtin(py::handle fn, const std::vector<ValuePtr>& a
         is_user_function(host_, hook)) {
       py::tuple how = PyRefs::get().support.attr("attribute_presence")(base->obj, name, true);
       if (how[0].cast<Presence>() == Presence::kAbsent) {
-        for (py::handle store : PyRefs::get().support.attr("absent_attribute_stores")(base->obj)) {
-          guard_instance_dict(*this, base, store.cast<std::string>(), name, false);
-        }
-        guard_class_attribute(base, name, false);
+        guard_attribute_absent(*this, base, name);
         guard_class_attribute(base, "__getattr__", true, /*same_object=*/true);
         inline_call(Value::object(py::reinterpret_borrow<py::object>(hook)), hook,
                     {base, Value::constant(py::str(name))}, {});
@@ -587,6 +585,15 @@ void guard_instance_dict(Tracer& t, const ValuePtr& base, const std::string& sto
   }
 }
 
+// Guards that `name`, which attribute_presence found ABSENT, stays missing: from base's
+// instance dicts (an nn.Module's parameter, buffer and module dicts too) and from its class.
+void guard_attribute_absent(Tracer& t, const ValuePtr& base, const std::string& name) {
+  for (py::handle store : PyRefs::get().support.attr("absent_attribute_stores")(base->obj)) {
+    guard_instance_dict(t, base, store.cast<std::string>(), name, false);
+  }
+  t.guard_class_attribute(base, name, false);
+}
+
 }  // namespace
 
 ValuePtr Tracer::missing_attribute_hook(const ValuePtr& base, const std::string& name, AttrLookup how) {
@@ -629,10 +636,7 @@ ValuePtr Tracer::missing_attribute_raise(const ValuePtr& base, const std::string
   PyRefs& refs = PyRefs::get();
   py::tuple presence = refs.support.attr("attribute_presence")(base->obj, name, false);
   if (presence[0].cast<Presence>() != Presence::kAbsent) return nullptr;
-  for (py::handle store : refs.support.attr("absent_attribute_stores")(base->obj)) {
-    guard_instance_dict(*this, base, store.cast<std::string>(), name, false);
-  }
-  guard_class_attribute(base, name, false);
+  guard_attribute_absent(*this, base, name);
   static PyObject* const kRaise =
       py::object(py::module_::import("framejit._python_forms").attr("trace_missing_attribute")).release().ptr();
   ValuePtr read = Value::object(py::reinterpret_borrow<py::object>(kRaise));
