@@ -153,7 +153,201 @@ Node* Graph::add_call(NodeKind kind, py::object target, std::string target_text,
   node->metas = std::move(metas);
   node->tuple_result = tuple_result;
   node->line = line;
+  node->scope = open_scope_;
   return append(std::move(node));
+}
+
+int Graph::open_scope() {
+  FJ_CHECK(open_scope_ < 0, "scopes do not nest");
+  open_scope_ = scope_count_++;
+  return open_scope_;
+}
+
+std::vector<std::string> Graph::scope_writes_outside(int scope) const {
+  std::vector<std::string> out;
+  for (const auto& node : nodes_) {
+    if (node->scope != scope) continue;
+    for (const Arg* written : written_arguments(*node)) {
+      bool outside = false;
+      written->for_each_node([&](Node* n) { outside = outside || n->scope != scope; });
+      if (outside) {
+        out.push_back(node->name);
+        break;
+      }
+    }
+  }
+  return out;
+}
+
+namespace {
+
+Arg remap_arg(const Arg& arg, const std::unordered_map<const Node*, Node*>& to) {
+  if (arg.kind == Arg::Kind::kNode) {
+    auto it = to.find(arg.node);
+    FJ_CHECK(it != to.end(), "scope argument {} not mapped", arg.node->name);
+    return Arg::of(it->second);
+  }
+  if (arg.kind == Arg::Kind::kConst) return arg;
+  Arg out = arg;
+  for (Arg& item : out.items) item = remap_arg(item, to);
+  return out;
+}
+
+// Replaces references to `from` by `to` inside arg.
+void redirect_arg(Arg& arg, const Node* from, Node* to) {
+  if (arg.kind == Arg::Kind::kNode) {
+    if (arg.node == from) arg.node = to;
+    return;
+  }
+  for (Arg& item : arg.items) redirect_arg(item, from, to);
+}
+
+}  // namespace
+
+void Graph::outline_scope(int scope, const MakeTarget& make_target, const std::string& target_text,
+                          const Node& where) {
+  // The body, its inputs from outside (first read first) and its values read after it.
+  std::vector<Node*> body;
+  std::vector<Node*> inputs;
+  std::unordered_set<const Node*> in_body;
+  std::unordered_set<const Node*> is_input;
+  size_t first = nodes_.size();
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    Node* node = nodes_[i].get();
+    if (node->scope != scope || node->kind == NodeKind::kPlaceholder || node->kind == NodeKind::kOutput) continue;
+    first = std::min(first, i);
+    body.push_back(node);
+    in_body.insert(node);
+  }
+  if (body.empty()) return;
+  for (Node* node : body) {
+    auto note = [&](Node* input) {
+      if (!in_body.count(input) && is_input.insert(input).second) inputs.push_back(input);
+    };
+    for (const Arg& arg : node->args) arg.for_each_node(note);
+    for (const auto& kw : node->kwargs) kw.second.for_each_node(note);
+  }
+  std::vector<Node*> outputs;
+  for (Node* node : body) {
+    for (Node* user : node->users) {
+      if (!in_body.count(user)) {
+        outputs.push_back(node);
+        break;
+      }
+    }
+  }
+  if (outputs.empty()) return;  // (nothing reads it: the calls stay, as dead code would)
+
+  // The body's own graph.
+  auto sub = std::make_unique<Graph>(filename_, function_name_, first_line_);
+  std::unordered_map<const Node*, Node*> to;
+  for (Node* input : inputs) {
+    auto ph = std::make_unique<Node>();
+    ph->kind = NodeKind::kPlaceholder;
+    ph->name = sub->unique_name(input->name);
+    ph->fake = input->fake;
+    ph->metas = input->metas;
+    ph->tuple_result = input->tuple_result;
+    to[input] = sub->append(std::move(ph));
+  }
+  for (Node* node : body) {
+    std::vector<Arg> args;
+    for (const Arg& arg : node->args) args.push_back(remap_arg(arg, to));
+    Kwargs kwargs;
+    for (const auto& [key, value] : node->kwargs) kwargs.emplace_back(key, remap_arg(value, to));
+    auto copy = std::make_unique<Node>();
+    copy->kind = node->kind;
+    copy->name = sub->unique_name(node->name);
+    copy->target = node->target;
+    copy->target_text = node->target_text;
+    copy->infix = node->infix;
+    copy->args = std::move(args);
+    copy->kwargs = std::move(kwargs);
+    copy->fake = node->fake;
+    copy->metas = node->metas;
+    copy->tuple_result = node->tuple_result;
+    copy->line = node->line;
+    copy->filename = node->filename;
+    copy->function = node->function;
+    copy->pure = node->pure;
+    to[node] = sub->append(std::move(copy));
+  }
+  std::vector<Arg> out_args;
+  py::list out_fakes;
+  std::vector<TensorMeta> out_metas;
+  for (Node* node : outputs) {
+    out_args.push_back(Arg::of(to.at(node)));
+    out_fakes.append(node->fake ? node->fake : py::none());
+    out_metas.insert(out_metas.end(), node->metas.begin(), node->metas.end());
+  }
+  sub->set_output(std::move(out_args));
+  sub->lint();
+  const int line = where.line;
+  const std::string& filename = where.filename;
+  const std::string& function = where.function;
+  py::object target = make_target(std::move(sub));
+
+  // In this graph: one call, a getitem per output, the outputs' users redirected to them.
+  for (Node* input : inputs) {
+    auto& users = input->users;
+    users.erase(std::remove_if(users.begin(), users.end(), [&](Node* u) { return in_body.count(u) > 0; }),
+                users.end());
+  }
+  auto call = std::make_unique<Node>();
+  call->kind = NodeKind::kCallFunction;
+  call->name = unique_name("checkpoint");
+  call->target = std::move(target);
+  call->target_text = target_text;
+  for (Node* input : inputs) call->args.push_back(Arg::of(input));
+  call->fake = py::tuple(out_fakes);
+  call->metas = std::move(out_metas);
+  call->tuple_result = true;
+  call->line = line;
+  call->filename = filename;
+  call->function = function;
+  Node* call_raw = call.get();
+  for (Node* input : inputs) input->users.push_back(call_raw);
+  std::vector<std::unique_ptr<Node>> made;
+  made.push_back(std::move(call));
+  static PyObject* const kGetitem =
+      py::object(py::module_::import("operator").attr("getitem")).release().ptr();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    Node* out = outputs[k];
+    auto item = std::make_unique<Node>();
+    item->kind = NodeKind::kCallFunction;
+    item->name = out->name;  // (taken from the node moved out)
+    item->target = py::reinterpret_borrow<py::object>(kGetitem);
+    item->target_text = "operator.getitem";
+    item->infix = "[]";
+    item->args = {Arg::of(call_raw), Arg::constant(py::int_(k))};
+    item->fake = out->fake;
+    item->metas = out->metas;
+    item->tuple_result = out->tuple_result;
+    item->line = line;
+    item->filename = filename;
+    item->function = function;
+    call_raw->users.push_back(item.get());
+    for (Node* user : out->users) {
+      if (in_body.count(user)) continue;
+      for (Arg& arg : user->args) redirect_arg(arg, out, item.get());
+      for (auto& kw : user->kwargs) redirect_arg(kw.second, out, item.get());
+      if (std::find(item->users.begin(), item->users.end(), user) == item->users.end()) {
+        item->users.push_back(user);
+      }
+    }
+    made.push_back(std::move(item));
+  }
+  std::vector<std::unique_ptr<Node>> kept;
+  kept.reserve(nodes_.size() - body.size() + made.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (i == first) {
+      for (auto& m : made) kept.push_back(std::move(m));
+    }
+    if (in_body.count(nodes_[i].get())) continue;
+    kept.push_back(std::move(nodes_[i]));
+  }
+  nodes_ = std::move(kept);
+  lint();
 }
 
 Node* Graph::set_output(std::vector<Arg> outputs) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -74,6 +75,7 @@ class Node {
   std::string function;
   std::vector<Node*> users;
   bool pure = false;              // no effect but its result: dropped where nothing uses it
+  int scope = -1;                 // the checkpointed function it was recorded in (open_scope)
 
   std::string meta_text() const;  // "f32[2, 3]" or "(f32[2], f32[2])"
 };
@@ -95,6 +97,29 @@ class Graph {
   // Drops getitem nodes (the tracer makes one per element of a tuple result) and pure nodes
   // (arithmetic on numbers whose value the trace used as a constant) that nothing uses.
   void remove_unused();
+
+  // Scopes: the calls recorded between open_scope() and close_scope() (a checkpointed
+  // function's body) are tagged with the scope's number; outline_scope later moves them into a
+  // graph of their own, called by one node. Scopes do not nest.
+  int open_scope();
+  void close_scope() { open_scope_ = -1; }
+  int current_scope() const { return open_scope_; }
+  // The scope's calls as a new graph: its placeholders the values from outside they read (in
+  // the order first read), its output the tuple of its values read after it. In this graph
+  // they become one call of make_target(that graph) (printed as `target_text(inputs)`) and a
+  // getitem per output, which take the outputs' names. Nothing to do for a scope with no call
+  // or whose values nothing reads.
+  using MakeTarget = std::function<py::object(std::unique_ptr<Graph>)>;
+  // `where`: the node's line, file and function (the call that opened the scope).
+  void outline_scope(int scope, const MakeTarget& make_target, const std::string& target_text,
+                     const Node& where);
+  // The calls of the scope that write into a tensor made outside it (an input of the body):
+  // their names, to report (a recompute would write them again).
+  std::vector<std::string> scope_writes_outside(int scope) const;
+  // The printed bodies of the outlined scopes (name, text): print_graph prints them after the
+  // graph (whoever outlines fills it in).
+  std::vector<std::pair<std::string, std::string>>& outlined_texts() { return outlined_texts_; }
+  const std::vector<std::pair<std::string, std::string>>& outlined_texts() const { return outlined_texts_; }
 
   // Invariants: names unique, users consistent, args refer to earlier nodes, one output last.
   // Raises InternalError naming the first violation.
@@ -124,6 +149,9 @@ class Graph {
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_set<std::string> used_names_;
   std::unordered_map<std::string, int> next_suffix_;  // per base name: the next _N to try
+  int open_scope_ = -1;
+  int scope_count_ = 0;
+  std::vector<std::pair<std::string, std::string>> outlined_texts_;
 };
 
 // Calls that mutate their first argument and return None (tensor[...] = value).

@@ -114,6 +114,7 @@ std::string print_graph(const Graph& graph, const LineSource& line_source) {
       out += fmt::format("    {}: \"{}\" = {}\n", node->name, meta, print_expr(*node));
     }
   }
+  for (const auto& [name, text] : graph.outlined_texts()) out += fmt::format("\n# {}:\n{}", name, text);
   return out;
 }
 

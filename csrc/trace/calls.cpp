@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <set>
 #include <unordered_map>
 
 #include "common/check.h"
@@ -499,6 +500,60 @@ ValuePtr Tracer::autograd_function_call(std::vector<ValuePtr> args, KwValues kwa
                      py::str(target.attr("__name__")).cast<std::string>());
 }
 
+bool Tracer::checkpoint_call(std::vector<ValuePtr>& args, KwValues& kwargs, ValuePtr& result) {
+  if (args.empty()) return false;
+  if (no_inline_ != nullptr && no_inline_->count(call_site_here())) return false;  // its body broke
+  // checkpoint's own keywords; the rest are the function's.
+  static const std::set<std::string> kOwn = {"use_reentrant", "preserve_rng_state", "context_fn",
+                                             "determinism_check", "debug", "early_stop"};
+  py::dict own;
+  KwValues rest;
+  for (auto& kw : kwargs) {
+    if (!kOwn.count(kw.first)) {
+      rest.push_back(kw);
+      continue;
+    }
+    if (!kw.second->is_const()) return false;
+    own[py::str(kw.first)] = kw.second->obj;
+  }
+  // The non-reentrant form only: the reentrant one differentiates through its tensor arguments
+  // alone (not the parameters its function reads), which a body with its reads as inputs would
+  // not reproduce; a context_fn (selective checkpointing) decides per op. Both stay Python's.
+  if (!own.contains("use_reentrant") || !py::object(own["use_reentrant"]).is(py::bool_(false)) ||
+      own.contains("context_fn")) {
+    return false;
+  }
+  std::vector<ValuePtr> fn_args(args.begin() + 1, args.end());
+  if (recorder_.in_checkpoint()) {  // nested: part of the enclosing body, recomputed with it
+    result = call(args[0], std::move(fn_args), std::move(rest));
+    return true;
+  }
+  recorder_.open_checkpoint(std::move(own));
+  const size_t depth = frames_.size();
+  try {
+    result = call(args[0], std::move(fn_args), std::move(rest));
+  } catch (...) {
+    recorder_.close_checkpoint();
+    throw;
+  }
+  if (!result && frames_.size() == depth + 1) {
+    frames_.back()->checkpoint_body = true;  // closed when that frame returns
+  } else {
+    end_checkpoint_body();  // answered at once (a torch op): the body is what it recorded
+  }
+  return true;
+}
+
+void Tracer::end_checkpoint_body() {
+  Graph& graph = recorder_.graph();
+  const std::vector<std::string> writes = graph.scope_writes_outside(graph.current_scope());
+  recorder_.close_checkpoint();
+  if (!writes.empty()) {
+    // (recomputed for the backward pass, the body would write them a second time)
+    FJ_UNSUPPORTED(kSideEffect, "a checkpointed function writes into a tensor from outside it ({})", writes[0]);
+  }
+}
+
 ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues kwargs) {
   PyRefs& refs = PyRefs::get();
   // `@functools.wraps(fn)` on a function defined in the trace (x-transformers' `maybe(fn)`): the
@@ -521,6 +576,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (fn->is(ObjRole::kMadeFunction)) {  // a lambda, nested def or comprehension of this trace
     inline_call(fn, py::none(), std::move(args), std::move(kwargs), /*may_make_generator=*/true);
     return nullptr;
+  }
+  static PyObject* const kCheckpoint =
+      py::object(py::module_::import("torch.utils.checkpoint").attr("checkpoint")).release().ptr();
+  if (fn->obj.ptr() == kCheckpoint && fn->is(ObjRole::kPlain) && !fn->bound_self) {
+    ValuePtr result;
+    if (checkpoint_call(args, kwargs, result)) return result;
   }
   // A method loaded by LOAD_METHOD: args[0] is self. A tensor method read by LOAD_ATTR carries
   // its tensor as bound_self instead.
@@ -1207,6 +1268,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     const std::string name = callable_name(callable);
     if (name == "isinstance" && args.size() == 2) {
       if (py::object classes = class_info(args[1])) {
+        if (args[0]->kind == VKind::kIter) {
+          // An iterator of the trace (a list's, a generator, map's, zip's): the answer every
+          // kind of iterator gives (isinstance(leaves, (list, tuple)) is False for each, Iterator
+          // True), where they agree.
+          py::object agreed = PyRefs::get().support.attr("iterator_isinstance")(classes);
+          if (agreed.is_none()) FJ_UNSUPPORTED(kUnsupportedValue, "isinstance of an iterator against these classes");
+          return Value::constant(agreed);
+        }
         const int result = PyObject_IsSubclass(type_of(args[0]).ptr(), classes.ptr());
         if (result < 0) throw py::error_already_set();
         return Value::constant(py::bool_(result == 1));
@@ -1264,7 +1333,11 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         ValuePtr cls = entry_.load(entry_.sources().generic_attr(v->source, "__class__"));
         if (cls && cls->obj.ptr() == reinterpret_cast<PyObject*>(Py_TYPE(v->obj.ptr()))) return cls;
       }
-      return Value::object(type_of(v));
+      // (the class of a value the trace made, fixed where that value's class was guarded: a
+      // namedtuple's, whose _fields pytree reads; its attributes are class data, read as they are)
+      ValuePtr cls = Value::object(type_of(v));
+      cls->frozen = true;
+      return cls;
     }
     if (name == "callable" && args.size() == 1) {
       // What callable() asks is its type's (a lambda holding a tensor in its closure is callable,
@@ -1325,6 +1398,22 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   static PyObject* const kReprBuiltin =
       py::object(py::module_::import("builtins").attr("repr")).release().ptr();
+  if ((callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type) || callable.ptr() == kReprBuiltin) &&
+      args.size() == 1 && kwargs.empty() && args[0]->is(ObjRole::kNewObject)) {
+    // str(key) / repr(key) of an object the trace made whose class writes its __str__ or
+    // __repr__ in traced Python (pytree's key entries): that method, inlined (object.__str__
+    // calls __repr__).
+    static PyObject* const kStr = PyUnicode_InternFromString("__str__");
+    static PyObject* const kRepr = PyUnicode_InternFromString("__repr__");
+    auto* type = reinterpret_cast<PyTypeObject*>(args[0]->obj.ptr());
+    PyObject* name = callable.ptr() == kReprBuiltin ? kRepr : kStr;
+    if (name == kStr && _PyType_Lookup(type, kStr) == _PyType_Lookup(&PyBaseObject_Type, kStr)) name = kRepr;
+    PyObject* method = _PyType_Lookup(type, name);  // Borrowed
+    if (method != nullptr && PyFunction_Check(method) && is_user_function(host_, method) &&
+        inline_special_method(args[0], name, {})) {
+      return nullptr;
+    }
+  }
   if ((callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type) || callable.ptr() == kReprBuiltin) &&
       args.size() == 1 && kwargs.empty() && args[0]->kind == VKind::kObject && args[0]->remake &&
       args[0]->source < 0 && PyExceptionInstance_Check(args[0]->obj.ptr())) {

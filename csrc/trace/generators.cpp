@@ -136,6 +136,10 @@ void Tracer::end_generator(bool returned, ValuePtr result) {
 
 void Tracer::drop_frames_to(size_t n) {
   while (frames_.size() > n) {
+    if (frames_.back()->checkpoint_body) {
+      recorder_.close_checkpoint();
+      FJ_UNSUPPORTED(kUnsupportedCall, "an exception leaving a checkpointed function");
+    }
     if (frames_.back()->lazy_generator) {
       end_generator(/*returned=*/false);
     } else {

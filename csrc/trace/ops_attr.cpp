@@ -161,6 +161,17 @@ bool is_annotation(PyObject* obj) {
          PyUnicode_CompareWithASCIIString(module.ptr(), "typing") == 0;
 }
 
+// collections.abc's classes (Callable[[T], Any], Mapping[str, int]: their __class_getitem__
+// makes an alias, as typing's forms do).
+bool is_abc_class(PyObject* obj) {
+  if (!PyType_Check(obj)) return false;
+  static PyObject* const kModule = PyUnicode_InternFromString("__module__");
+  py::object module = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, kModule));
+  if (!module) PyErr_Clear();
+  return module && PyUnicode_Check(module.ptr()) &&
+         PyUnicode_CompareWithASCIIString(module.ptr(), "collections.abc") == 0;
+}
+
 // The Python object a subscript key stands for where it is known at trace time: a constant,
 // a class (torch.Tensor in List[torch.Tensor]), an annotation, or a tuple of those
 // (Dict[str, Optional[Tensor]]).
@@ -170,14 +181,15 @@ bool annotation_key(const ValuePtr& key, py::object& out) {
     out = key->obj;
     return true;
   }
-  if (key->kind == VKind::kTuple && key->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type)) {
+  const bool tuple = key->kind == VKind::kTuple && key->pytype.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type);
+  if (tuple || key->kind == VKind::kList) {  // (a list: Callable[[int, T], Any]'s arguments)
     py::list parts;
     for (const auto& item : key->items) {
       py::object part;
       if (!annotation_key(item, part)) return false;
       parts.append(part);
     }
-    out = py::tuple(parts);
+    out = tuple ? py::object(py::tuple(parts)) : py::object(parts);
     return true;
   }
   return key->as_key(out);
@@ -192,7 +204,7 @@ ValuePtr annotation_subscript(Tracer& t, const ValuePtr& base, const ValuePtr& k
   // (a builtin class: list[int] is type.__class_getitem__'s alias)
   const bool builtin_class = PyType_Check(obj) &&
                              !(reinterpret_cast<PyTypeObject*>(obj)->tp_flags & Py_TPFLAGS_HEAPTYPE);
-  if (!builtin_class && !is_annotation(obj)) return nullptr;
+  if (!builtin_class && !is_annotation(obj) && !is_abc_class(obj)) return nullptr;
   py::object k;
   if (!annotation_key(t.sizes().concretize(key), k)) return nullptr;
   PyObject* made = PyObject_GetItem(base->obj.ptr(), k.ptr());  // New

@@ -8,6 +8,8 @@
 #include <unordered_map>
 
 #include "common/check.h"
+#include "graph/graph_runner.h"
+#include "graph/printer.h"
 #include "guards/tensor_check.h"
 #include "trace/pyrefs.h"
 #include "trace/trace_state.h"
@@ -210,6 +212,34 @@ Node* GraphRecorder::add(NodeSpec spec) {
 void GraphRecorder::finish(std::vector<Arg> outputs) {
   graph_.set_output(std::move(outputs));
   graph_.remove_unused();
+  for (size_t scope = 0; scope < checkpoint_kwargs_.size(); ++scope) {
+    const std::string name = fmt::format("checkpoint_body_{}", scope);
+    const py::dict& kwargs = checkpoint_kwargs_[scope];
+    graph_.outline_scope(static_cast<int>(scope), [&](std::unique_ptr<Graph> body) {
+      std::string text = print_graph(*body, linecache_source(body->filename()));
+      std::string how;
+      for (auto [key, value] : kwargs) {
+        how += fmt::format(", {}={}", py::str(key).cast<std::string>(), py::repr(value).cast<std::string>());
+      }
+      graph_.outlined_texts().emplace_back(
+          fmt::format("{} (run by torch.utils.checkpoint.checkpoint(self.{}, ...{}))", name, name, how),
+          std::move(text));
+      py::object runner = py::reinterpret_steal<py::object>(new_graph_runner(std::move(body)));
+      if (!runner) throw py::error_already_set();
+      PyRefs& refs = PyRefs::get();
+      py::object gm = refs.support.attr("FramejitGraphModule")(runner, name);
+      return refs.support.attr("CheckpointedBody")(gm, name, kwargs);
+    }, "self." + name, checkpoint_sites_[scope]);
+  }
+}
+
+void GraphRecorder::open_checkpoint(py::dict checkpoint_kwargs) {
+  const int scope = graph_.open_scope();
+  FJ_CHECK(static_cast<size_t>(scope) == checkpoint_kwargs_.size(), "checkpoint scopes out of order");
+  checkpoint_kwargs_.push_back(std::move(checkpoint_kwargs));
+  Node& site = checkpoint_sites_.emplace_back();
+  site.line = site_.line();
+  site_.locate(&site);
 }
 
 TensorMeta GraphRecorder::meta_of(py::handle meta, py::handle device) {

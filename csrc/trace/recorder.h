@@ -88,8 +88,17 @@ class GraphRecorder {
   Node* placeholder(const std::string& hint, py::object fake, const TensorMeta& meta);
   // A call node at the site's line (and, in an inlined callee, its file and function).
   Node* add(NodeSpec spec);
-  // The output node; getitem nodes nobody uses are dropped.
+  // The output node; getitem nodes nobody uses are dropped; each checkpointed body becomes a
+  // graph of its own that one node calls.
   void finish(std::vector<Arg> outputs);
+
+  // A checkpointed function's body (torch.utils.checkpoint.checkpoint(fn, ...)): the calls
+  // recorded until close_checkpoint() are outlined at finish() into their own GraphModule,
+  // which one node runs through checkpoint with `checkpoint_kwargs` (use_reentrant=False, ...)
+  // where gradients are needed (_support.CheckpointedBody).
+  void open_checkpoint(py::dict checkpoint_kwargs);
+  void close_checkpoint() { graph_.close_scope(); }
+  bool in_checkpoint() const { return graph_.current_scope() >= 0; }
 
   // The metadata the printer and guards keep of a meta tensor (or shaped value) on `device`.
   static TensorMeta meta_of(py::handle meta, py::handle device);
@@ -108,6 +117,8 @@ class GraphRecorder {
  private:
   const TraceSite& site_;
   Graph graph_;
+  std::vector<py::dict> checkpoint_kwargs_;  // per scope of graph_
+  std::vector<Node> checkpoint_sites_;       // per scope: where checkpoint was called (located)
 };
 
 }  // namespace framejit

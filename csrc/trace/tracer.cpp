@@ -548,6 +548,10 @@ void Tracer::finish(const ValuePtr& value) {
     return;
   }
   if (inlined()) {
+    if (frame().checkpoint_body) {
+      frame().checkpoint_body = false;
+      end_checkpoint_body();
+    }
     if (frame().result_truth == 3) {
       const ValuePtr n = sizes_.concretize(value);
       if (!n->is_const() || !PyLong_CheckExact(n->obj.ptr()) || n->obj.cast<Py_ssize_t>() < 0) {

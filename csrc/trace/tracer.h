@@ -109,6 +109,9 @@ struct TraceFrame {
   int result_truth = 0;
   // A __setattr__ / __setitem__ inlined for STORE_ATTR / STORE_SUBSCR: its result is dropped.
   bool discard_result = false;
+  // The function torch.utils.checkpoint.checkpoint was called with: the calls recorded until it
+  // returns are the checkpointed body (GraphRecorder::open_checkpoint).
+  bool checkpoint_body = false;
   // A property getter inlined for LOAD_ATTR's method form on 3.13: its result goes under the
   // NULL that CALL expects above a callable (pyver::kNullAboveCallable).
   bool null_above_result = false;
@@ -473,6 +476,12 @@ class Tracer {
   ValuePtr new_object_method(const std::string& name, std::vector<ValuePtr>& args,
                              const KwValues& kwargs);
   // functools.partial made or called; nullptr when `callable` is neither, kNull when inlined.
+  // torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False, ...): fn traced in place
+  // as the body of a checkpoint scope (true, `result` what call() returns), or false where the
+  // call is left to Python (reentrant or selective checkpointing, a body that broke).
+  bool checkpoint_call(std::vector<ValuePtr>& args, KwValues& kwargs, ValuePtr& result);
+  // The checkpointed body's frame returns: its calls must not write into tensors from outside.
+  void end_checkpoint_body();
   ValuePtr partial_call(const ValuePtr& fn, py::handle callable, std::vector<ValuePtr>& args,
                         KwValues& kwargs);
   // partial.func / .args / .keywords of a partial made in the trace (ObjRole::kPartial).

@@ -44,6 +44,12 @@ EXEC_FILE = "<string>"
 # functional are inlined by name (trace/calls.cpp, is_user_function).
 TRACED_TORCH = ("optim", "utils/_foreach_utils.py")
 
+# torch's Python inlined where traced code calls it (never hooked on its own: torch's internals
+# call it all the time): pytree's flatten / unflatten / tree_map, which libraries call on their
+# arguments (x-transformers, accelerate) and torch.compile inlines too. Its TreeSpec objects are
+# made in the trace as instances of any plain class are (_support.plain_class_init).
+INLINED_TORCH = ("utils/_pytree.py",)
+
 SKIP, TRACE, INLINE_ONLY = 0, 1, 2  # the C++ TraceRule values
 
 _allowed = []     # directories traced because a compiled function lives there
@@ -98,9 +104,10 @@ def _rules():
             add(os.path.join(site_dir, name) if name.endswith(".py") else _dir(os.path.join(site_dir, name)), SKIP)
     torch_dir = os.path.dirname(torch.__file__)
     add(_dir(torch_dir), SKIP)
-    for name in TRACED_TORCH:
-        path = os.path.join(torch_dir, *name.split("/"))
-        add(path if name.endswith(".py") else _dir(path), TRACE)
+    for names, rule in ((TRACED_TORCH, TRACE), (INLINED_TORCH, INLINE_ONLY)):
+        for name in names:
+            path = os.path.join(torch_dir, *name.split("/"))
+            add(path if name.endswith(".py") else _dir(path), rule)
     add(_dir(os.path.dirname(__file__)), SKIP)
     for path in _allowed:
         add(path, TRACE)
@@ -184,14 +191,24 @@ def prepare_libraries() -> None:
             pass
 
 
-def is_traced_torch(filename: str) -> bool:
-    """Whether the file is torch's own Python that the policy traces (TRACED_TORCH)."""
+def _torch_file_in(filename: str, names) -> bool:
     torch_dir = os.path.dirname(torch.__file__)
-    for name in TRACED_TORCH:
+    for name in names:
         path = os.path.join(torch_dir, *name.split("/"))
         if filename == path or filename.startswith(_dir(path)):
             return True
     return False
+
+
+def is_traced_torch(filename: str) -> bool:
+    """Whether the file is torch's own Python that the policy traces or inlines (TRACED_TORCH,
+    INLINED_TORCH)."""
+    return _torch_file_in(filename, TRACED_TORCH + INLINED_TORCH)
+
+
+def is_inlined_torch(filename: str) -> bool:
+    """Whether the file is torch's own Python inlined where traced code calls it (INLINED_TORCH)."""
+    return _torch_file_in(filename, INLINED_TORCH)
 
 
 def is_traced(filename: str) -> bool:

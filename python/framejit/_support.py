@@ -610,6 +610,15 @@ def slot_names(cls):
     return names
 
 
+def _is_traced_torch_class(klass) -> bool:
+    """A class of torch's Python that the policy inlines (pytree's TreeSpec): made in the trace
+    like a user's class."""
+    from . import _skip
+    module = sys.modules.get(klass.__module__)
+    filename = getattr(module, "__file__", None)
+    return bool(filename) and _skip.is_inlined_torch(filename)
+
+
 def plain_class_init(cls):
     """For a plain user class (Python classes up to object, or up to dict / OrderedDict as
     ModelOutput is; __slots__ only below object, no custom __new__ / __getattr__, a metaclass only if it
@@ -638,7 +647,8 @@ def plain_class_init(cls):
             return None
         if vars(klass).get("__slots__") and mapping is not None:
             return None  # (an empty __slots__, as collections.abc's classes have, is no slot)
-        if klass.__module__.startswith(("torch", "framejit")) and klass not in FORM_CLASSES:
+        if (klass.__module__.startswith(("torch", "framejit")) and klass not in FORM_CLASSES
+                and not _is_traced_torch_class(klass)):
             return None
     # (slots only, no instance dict: the tracer stores only the slots' names, slot_names)
     init = cls.__init__
@@ -950,6 +960,25 @@ def remake(spec, cause=_NO_CAUSE):
     return made
 
 
+def _iterator_types():
+    import itertools
+    samples = [iter([]), iter(()), iter(range(0)), iter({}), iter({}.values()), iter({}.items()),
+               iter(set()), iter(""), reversed([]), enumerate(()), zip(), map(len, ()),
+               filter(None, ()), (i for i in ()), itertools.chain(), itertools.product(),
+               itertools.islice((), 0)]
+    return tuple({type(sample) for sample in samples})
+
+
+_ITERATOR_TYPES = _iterator_types()
+
+
+def iterator_isinstance(classes):
+    """isinstance(it, classes) for an iterator the trace made, whatever kind it is (a list's, a
+    generator, map's): the answer they all give, or None where kinds of iterator differ."""
+    answers = {issubclass(kind, classes) for kind in _ITERATOR_TYPES}
+    return answers.pop() if len(answers) == 1 else None
+
+
 def mapping_base(cls):
     """dict or OrderedDict where cls subclasses one of them (its instances are mappings whose
     items the trace keeps beside their attributes), else None."""
@@ -1211,6 +1240,48 @@ def legacy_tensor_type(target):
     if dtype is None or prefix not in ("torch", "torch.cuda"):
         return None
     return ("cuda" if prefix == "torch.cuda" else "cpu"), dtype
+
+
+class CheckpointedBody:
+    """A graph node's target: the body of a function passed to torch.utils.checkpoint.checkpoint,
+    traced in place and outlined into a GraphModule of its own (GraphRecorder::finish), its
+    inputs the values from outside it reads (the parameters included). Where gradients are
+    needed it runs as eager ran the function, through checkpoint with the call's keywords
+    (non-reentrant: the body's activations are not kept, it runs again in the backward pass,
+    with the random state it had); under torch.compile-style tracing (a backend's make_fx) it is
+    torch's tag_activation_checkpoint op, which AOTAutograd and inductor recompute in their
+    partitioner; without gradients the body runs as it is. Printed `self.<name>`."""
+
+    __module__ = __name__
+
+    def __init__(self, body, name, checkpoint_kwargs):
+        self.body = body
+        self.checkpoint_kwargs = dict(checkpoint_kwargs)
+        self.__name__ = name
+        self.__qualname__ = name
+
+    def __call__(self, *inputs):
+        if not torch.is_grad_enabled():
+            return self.body(*inputs)
+        if _is_tracing(inputs):
+            from torch._higher_order_ops.wrap import tag_activation_checkpoint
+            return tag_activation_checkpoint(self.body, *inputs, **self.checkpoint_kwargs)
+        from torch.utils.checkpoint import checkpoint
+        return checkpoint(self.body, *inputs, **self.checkpoint_kwargs)
+
+    def __repr__(self):
+        return f"<checkpointed body {self.__name__}>"
+
+
+def _is_tracing(inputs) -> bool:
+    """Whether a backend is tracing the graph (make_fx / AOTAutograd): fake or functional
+    tensors, or torch's proxy mode active."""
+    from torch._subclasses.fake_tensor import FakeTensor
+    from torch.fx.experimental.proxy_tensor import get_proxy_mode
+    if get_proxy_mode() is not None:
+        return True
+    return any(isinstance(t, FakeTensor) or torch._is_functional_tensor(t)
+               for t in inputs if isinstance(t, torch.Tensor))
 
 
 class FunctionArguments:

@@ -106,6 +106,65 @@ TEST_CASE("unused pure nodes are removed with the chains they end, impure ones k
   CHECK(write->users.empty());
 }
 
+TEST_CASE("a scope's calls are outlined into their own graph, called by one node") {
+  Graph g("/src/model.py", "f", 1);
+  Node* x = g.add_placeholder("x", py::none(), meta({4}));
+  Node* w = g.add_placeholder("w", py::none(), meta({4}));
+  Node* before = g.add_call(NodeKind::kCallFunction, op("neg"), "operator.neg", "-", {Arg::of(x)}, {},
+                            py::none(), {meta({4})}, false, 2, "before");
+  const int scope = g.open_scope();
+  Node* mul = g.add_call(NodeKind::kCallFunction, op("mul"), "operator.mul", "*",
+                         {Arg::of(before), Arg::of(w)}, {}, py::none(), {meta({4})}, false, 3, "mul");
+  Node* inner = g.add_call(NodeKind::kCallFunction, op("add"), "operator.add", "+",
+                           {Arg::of(mul), Arg::of(mul)}, {}, py::none(), {meta({4})}, false, 3, "inner");
+  Node* kept = g.add_call(NodeKind::kCallFunction, op("sub"), "operator.sub", "-",
+                          {Arg::of(inner), Arg::of(w)}, {}, py::none(), {meta({4})}, false, 3, "kept");
+  g.close_scope();
+  CHECK(g.scope_writes_outside(scope).empty());
+  Node* after = g.add_call(NodeKind::kCallFunction, op("add"), "operator.add", "+",
+                           {Arg::of(kept), Arg::of(mul)}, {}, py::none(), {meta({4})}, false, 4, "after");
+  g.set_output({Arg::of(after)});
+  std::string body_text;
+  Node where;
+  where.line = 3;
+  g.outline_scope(scope, [&](std::unique_ptr<Graph> body) {
+    body_text = print_graph(*body, nullptr);
+    return op("add");  // (any callable: the runner is not run here)
+  }, "self.body", where);
+  g.lint();
+  // The body: its inputs from outside in the order first read, its values read after it out.
+  CHECK(body_text ==
+        "def forward(self, before: \"f32[4]\", w: \"f32[4]\"):\n"
+        "    # File: /src/model.py:3 in f, code: \n"
+        "    mul: \"f32[4]\" = before * w\n"
+        "    inner: \"f32[4]\" = mul + mul\n"
+        "    kept: \"f32[4]\" = inner - w\n"
+        "    return (mul, kept)\n");
+  CHECK(print_graph(g, nullptr) ==
+        "def forward(self, x: \"f32[4]\", w: \"f32[4]\"):\n"
+        "    # File: /src/model.py:2 in f, code: \n"
+        "    before: \"f32[4]\" = -x\n"
+        "    # File: /src/model.py:3 in f, code: \n"
+        "    checkpoint: \"(f32[4], f32[4])\" = self.body(before, w)\n"
+        "    mul: \"f32[4]\" = checkpoint[0]\n"
+        "    kept: \"f32[4]\" = checkpoint[1]\n"
+        "    # File: /src/model.py:4 in f, code: \n"
+        "    after: \"f32[4]\" = kept + mul\n"
+        "    return (after,)\n");
+  CHECK(w->users.size() == 1);  // the call only
+  CHECK(g.num_calls() == 5);    // before, the call, two getitems, after
+}
+
+TEST_CASE("a scope writing into a value from outside it is reported") {
+  Graph g("f.py", "f", 1);
+  Node* x = g.add_placeholder("x", py::none(), meta({4}));
+  const int scope = g.open_scope();
+  g.add_call(NodeKind::kCallMethod, py::str("add_"), "add_", "", {Arg::of(x), Arg::constant(py::int_(1))},
+             {}, py::none(), {meta({4})}, false, 2, "add_");
+  g.close_scope();
+  CHECK(g.scope_writes_outside(scope) == std::vector<std::string>{"add_"});
+}
+
 TEST_CASE("the verifier rejects a graph without an output") {
   Graph g("f.py", "f", 1);
   g.add_placeholder("x", py::none(), meta({1}));

@@ -25,6 +25,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
 import coverage_data_model
 import framejit
@@ -190,6 +191,8 @@ example('partial(F.gelu, approximate="tanh")')(
     lambda x: functools.partial(F.gelu, approximate="tanh")(x * 2) + 1)
 example("return Out(x * 2, 3.0)")(lambda x: Out(x * 2, 3.0))
 example("super().__init__(t)")(lambda x: Scaled(x * 2).t + 1)
+example('tree_map(fn, {"a": x, "b": [x]})')(
+    lambda x: pytree.tree_map(lambda t: t * 2, {"a": x, "b": [x + 1]}))
 
 
 @example("p = Point(x * 2, 2.0); print(p.k)")
@@ -1061,6 +1064,13 @@ _CHECKPOINTED = nn.Linear(4, 4)
          make=lambda: (torch.randn(4, 4, requires_grad=True),))
 def ex_activation_checkpoint(x):
     y = torch.utils.checkpoint.checkpoint(_CHECKPOINTED, x, use_reentrant=False)
+    return torch.relu(y)
+
+
+@example("checkpoint(block, x, use_reentrant=True)",
+         make=lambda: (torch.randn(4, 4, requires_grad=True),))
+def ex_reentrant_checkpoint(x):
+    y = torch.utils.checkpoint.checkpoint(_CHECKPOINTED, x, use_reentrant=True)
     return torch.relu(y)
 
 
