@@ -45,7 +45,8 @@ What is measured
      graphs compiled, and whether the logits match eager. Then a whole training step (forward
      with labels, backward, AdamW step, zero_grad) compiled as one function: the first step's
      ms (compiles included) and the median step, framejit eager and native vs torch.compile
-     eager vs eager, and whether the parameters match eager's after the steps.
+     eager vs eager, and whether the parameters match eager's after the steps; for GPT2 and
+     Llama the same again with activation checkpointing on (gradient_checkpointing_enable()).
   6. Dynamic shapes through inductor: 16 calls with 8 distinct batch sizes (each size twice, in
      a fixed shuffled order) of a plain function and of zoo models (eval, torch.no_grad()),
      framejit vs torch.compile with backend="inductor", each in a child process with its own
@@ -76,6 +77,7 @@ import sys
 import time
 import timeit
 import tracemalloc
+import warnings
 import weakref
 
 import torch
@@ -858,6 +860,9 @@ def run_transformers_section(args):
             row["us"] = interleaved_us_per_call(callables, ids, repeats)
             row["shapes"] = new_shapes(model, ids)
         row["train"] = train_steps(make, name, ids, 3 if args.quick else 6)
+        if not name.startswith("Bert"):  # the decoders with activation checkpointing on
+            row["train_checkpointed"] = train_steps(make, name, ids, 3 if args.quick else 6,
+                                                    checkpointing=True)
         results.append(row)
         reset_compilers()
     return results
@@ -894,11 +899,12 @@ def new_shapes(model, ids):
 TRAIN_CANDIDATES = (("framejit", "eager"), ("framejit", "native"), ("dynamo", "eager"))
 
 
-def train_steps(make, name, ids, steps):
+def train_steps(make, name, ids, steps, checkpointing=False):
     """A training step (forward with labels, backward, AdamW step, zero_grad) compiled whole:
     the first step's time (its compiles included) and the median of the next `steps`, for eager
     and each candidate, from the same seeded model; the parameters after them compared with
-    eager's."""
+    eager's. checkpointing: transformers' activation checkpointing on (each decoder layer
+    through torch.utils.checkpoint, use_reentrant=False)."""
     labels = torch.tensor([0, 1]) if name.startswith("Bert") else ids
     out = {"first_ms": {}, "step_ms": {}, "correct": {}}
     finals = {}
@@ -907,6 +913,8 @@ def train_steps(make, name, ids, steps):
         reset_compilers()
         torch.manual_seed(0)
         model = make().train()
+        if checkpointing:
+            model.gradient_checkpointing_enable()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
         def step(x, y, model=model, opt=opt):
@@ -917,7 +925,9 @@ def train_steps(make, name, ids, steps):
             return loss
         run = step if backend is None else compile_with(compiler, step, backend)
         start = time.perf_counter()
-        run(ids, labels)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # transformers: use_cache off under checkpointing
+            run(ids, labels)
         out["first_ms"][key] = (time.perf_counter() - start) * 1e3
         times = []
         for _ in range(steps):
@@ -955,18 +965,21 @@ def transformers_table(results):
                         [f"{shapes['compiles'][k]} / {fmt(shapes['ms'][k])}"
                          + ("" if shapes["correct"][k] else " **NO**") for k in keys] +
                         [fmt(ratio(shapes["ms"]["framejit_eager"], shapes["ms"]["dynamo_eager"]))])
-        train = r.get("train")
-        if train:
+        for field, label in (("train", "train step (AdamW)"),
+                             ("train_checkpointed", "train step, checkpointed layers")):
+            train = r.get(field)
+            if not train:
+                continue
             tk = [f"{c}_{b}" for c, b in TRAIN_CANDIDATES]
             cells = {k: "—" for k in keys}
             for k in tk:
                 cells[k] = fmt(train["first_ms"][k]) + ("" if train["correct"][k] else " **NO**")
-            rows.append(["", "train step (AdamW): first ms", fmt(train["first_ms"]["eager"])] +
+            rows.append(["", f"{label}: first ms", fmt(train["first_ms"]["eager"])] +
                         [cells[k] for k in keys] +
                         [fmt(ratio(train["first_ms"]["dynamo_eager"], train["first_ms"]["framejit_eager"]))])
             for k in tk:
                 cells[k] = fmt(train["step_ms"][k])
-            rows.append(["", "train step (AdamW): ms", fmt(train["step_ms"]["eager"])] +
+            rows.append(["", f"{label}: ms", fmt(train["step_ms"]["eager"])] +
                         [cells[k] for k in keys] +
                         [fmt(ratio(train["step_ms"]["framejit_eager"], train["step_ms"]["dynamo_eager"]))])
     headers = (["model", "measure", "eager"] + [names[k] for k in keys] +

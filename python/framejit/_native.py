@@ -16,7 +16,7 @@ from typing import Dict, List
 import torch
 
 from . import _C
-from ._support import AutogradFunctionApply
+from ._support import AutogradFunctionApply, CheckpointedBody
 from ._logging import enabled as _enabled_logs
 
 log = logging.getLogger("framejit.native")
@@ -78,11 +78,11 @@ def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
                 torch._C._set_grad_enabled, torch.autograd.grad_mode._enter_inference_mode):
             # make_fx records below autograd: the aten program would lose the switch.
             raise LoweringError("the graph switches grad or inference mode (a `with` block inside)")
-        if (node.op == "call_function" and isinstance(node.target, AutogradFunctionApply)
+        if (node.op == "call_function" and isinstance(node.target, (AutogradFunctionApply, CheckpointedBody))
                 and torch.is_grad_enabled()
                 and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)):
             # make_fx records the function's forward ops: autograd would differentiate those,
-            # not run the function's own backward.
+            # not run the function's own backward (nor recompute a checkpointed body).
             raise LoweringError(f"{node.target.__name__} needs its own backward")
     with _MAKE_FX_LOCK:  # make_fx's tracing state is process-wide: one lowering at a time
         aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*_unaliased(args))
