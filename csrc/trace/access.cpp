@@ -395,6 +395,17 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         }
         return bind_class_attribute(kind, found, base, base, name);
       }
+      if (kind == AttrKind::kMissing && base->source >= 0) {
+        // A functools.lru_cache function on the class (transformers' logger.warning_once): bound
+        // to the object, guarded by identity (the cache keys on it), called as any cached
+        // function is (with constants: at trace time, its result what the cache answers).
+        py::object bound = PyRefs::get().support.attr("cached_method")(base->obj, name);
+        if (!bound.is_none()) {
+          entry_.guard_id(base->source, obj);
+          guard_class_attribute(base, name, true, /*same_object=*/true);
+          return Value::object(std::move(bound));
+        }
+      }
       if (kind == AttrKind::kMissing) {
         if (ValuePtr hook = missing_attribute_hook(base, name, how)) return hook;
         if (ValuePtr raise = missing_attribute_raise(base, name, how)) return raise;
@@ -954,6 +965,15 @@ bool Tracer::store_attr(const ValuePtr& target, const std::string& name, ValuePt
     // An input's gradient set (zero_grad's `p.grad = None`): replayed at the exit, read back by
     // later loads of this trace.
     effects_.record(target, name, std::move(value));
+    return false;
+  }
+  if (target->kind == VKind::kTensor && name == "requires_grad" && target->source < 0 &&
+      value->is_const() && PyBool_Check(value->obj.ptr())) {
+    // flag of a tensor the graph makes (T5's position bias under gradient checkpointing): the
+    // graph's t.requires_grad_(flag), run on the meta tensor too (a result of an op that
+    // records gradients raises there, as it does in Python).
+    record_call(NodeKind::kCallMethod, py::none(), "requires_grad_", {target, value}, {}, "",
+                "requires_grad_");
     return false;
   }
   if (target->kind != VKind::kObject || target->source < 0 || PyModule_Check(target->obj.ptr()) ||

@@ -84,6 +84,9 @@ def _trace_to_aten(gm, args) -> torch.fx.GraphModule:
             # make_fx records the function's forward ops: autograd would differentiate those,
             # not run the function's own backward (nor recompute a checkpointed body).
             raise LoweringError(f"{node.target.__name__} needs its own backward")
+        if node.op == "call_method" and node.target == "requires_grad_":
+            # autograd metadata, which the aten program (below autograd) does not hold
+            raise LoweringError("the graph sets requires_grad on a tensor it makes")
     with _MAKE_FX_LOCK:  # make_fx's tracing state is process-wide: one lowering at a time
         aten_gm = make_fx(gm, tracing_mode="fake", _allow_non_fake_inputs=True)(*_unaliased(args))
     _remove_dead_code(aten_gm.graph)

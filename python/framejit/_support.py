@@ -159,6 +159,8 @@ def classify_callable(fn) -> CallableKind:
     module = getattr(fn, "__module__", None) or ""
     if module in ("math", "_operator", "operator") and getattr(fn, "__name__", "") != "setitem":
         return CallableKind.BUILTIN
+    if isinstance(fn, types.MethodType) and isinstance(fn.__func__, functools._lru_cache_wrapper):
+        return CallableKind.BUILTIN  # a cached function bound to an object (cached_method)
     if isinstance(fn, functools._lru_cache_wrapper):
         # @functools.cache / lru_cache (transformers' is_torch_greater_or_equal("2.9")): of
         # constants, the value it cached, as every later call answers; called at trace time
@@ -496,6 +498,18 @@ def _instance_store(obj, name: str):
         if isinstance(state.get(store), dict) and name in state[store]:
             return store
     return None
+
+
+def cached_method(obj, name: str):
+    """obj.name, bound, where the class holds a functools.lru_cache function under that name
+    and the instance does not shadow it (transformers' `logger.warning_once`); else None."""
+    found = _class_attribute(type(obj), name)
+    if not isinstance(found, functools._lru_cache_wrapper):
+        return None
+    state = getattr(obj, "__dict__", None)
+    if isinstance(state, dict) and name in state:
+        return None
+    return types.MethodType(found, obj)
 
 
 def resolve_attribute(obj, name: str):

@@ -1074,6 +1074,31 @@ def ex_reentrant_checkpoint(x):
     return torch.relu(y)
 
 
+@example("bias.requires_grad = True")
+def ex_requires_grad_store(x):
+    bias = torch.zeros(4)
+    bias.requires_grad = True
+    return x + bias
+
+
+@functools.lru_cache(None)
+def _say_once(self, message):
+    return None
+
+
+class _OnceSayer:
+    say_once = _say_once
+
+
+_SAYER = _OnceSayer()
+
+
+@example('logger.warning_once("...")')
+def ex_warning_once(x):
+    _SAYER.say_once("compiling")
+    return x * 2
+
+
 @example("obj.attr = x")
 def ex_setattr(x):
     y = x + 1

@@ -1592,3 +1592,64 @@ def test_the_truth_of_an_enum_member_read_by_source_is_its_own():
         assert same(compiled(x), branches_on_enum_members(x)) and counter.frame_count == 2
     finally:
         _Flags.level = _Level.OFF
+
+
+class _OnceLogger:
+    """transformers patches logging.Logger with an lru_cache'd `warning_once`: a cached
+    function on the class, bound to the logger."""
+    def __init__(self):
+        self.lines = []
+
+
+@functools.lru_cache(None)
+def _warn_once(self, message):
+    self.lines.append(message)
+
+
+_OnceLogger.warning_once = _warn_once
+_ONCE = _OnceLogger()
+
+
+def warns_once_then_computes(x):
+    y = x * 2
+    _ONCE.warning_once("caching is off")  # said once, whatever the number of calls
+    return y + 1
+
+
+def test_an_lru_cached_function_on_a_class_called_through_an_instance_is_one_graph():
+    global _ONCE
+    counter = CompileCounter()
+    compiled = framejit.compile(warns_once_then_computes, backend=counter)
+    x = torch.randn(3)
+    for _ in range(3):
+        assert same(compiled(x), warns_once_then_computes(x))
+    assert counter.frame_count == 1 and [r["exit"] for r in regions(warns_once_then_computes)] == ["return"]
+    assert _ONCE.lines == ["caching is off"]
+    other = _OnceLogger()  # another logger at that name: guarded by identity, compiled again
+    saved, _ONCE = _ONCE, other
+    try:
+        assert same(compiled(x), warns_once_then_computes(x)) and counter.frame_count == 2
+        assert other.lines == ["caching is off"]
+    finally:
+        _ONCE = saved
+
+
+def makes_a_bias_that_requires_grad(x):
+    bias = torch.zeros(x.shape[-1])
+    bias.requires_grad = True  # T5's position bias under gradient checkpointing
+    return x * 2 + bias, bias
+
+
+def test_requires_grad_set_on_a_tensor_the_graph_makes_is_in_the_graph():
+    x = torch.randn(2, 3, requires_grad=True)
+    for backend in ("eager", "native"):
+        counter = CompileCounter(None if backend == "eager" else backend)
+        out, bias = framejit.compile(makes_a_bias_that_requires_grad, backend=counter)(x)
+        expected, expected_bias = makes_a_bias_that_requires_grad(x)
+        assert same(out, expected) and bias.requires_grad and bias.is_leaf
+        out.sum().backward()
+        assert same(bias.grad, torch.full((3,), 2.0))
+        assert counter.frame_count == 1, backend
+        assert [r["exit"] for r in regions(makes_a_bias_that_requires_grad)] == ["return"]
+        x.grad = None
+        framejit.reset()
