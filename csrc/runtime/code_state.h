@@ -109,7 +109,7 @@ struct CodeState {
   // pc, source text), and the dims seen to change (python/framejit/_dynamic.py keeps them).
   py::dict sizes_seen;
   // Numbers in the middle of the frame each place pinned, by (compile context id, pc): see
-  // PinnedNumbers (trace/sizes.h).
+  // PinnedNumbers (trace/entry_state.h).
   std::map<std::pair<uint64_t, int>, PinnedNumbers> pinned_numbers;
 
   // The regions that start at `pc`, oldest first: the lookup at each region entry reads only

@@ -268,6 +268,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       traced->sizes().set_number_inputs(ctx.any_sizes);
       // dynamic=True keeps every number in the middle of the frame a run-time number.
       if (ctx.dynamic != 1) traced->sizes().set_pinned_numbers(&state.pinned_numbers[{ctx.id, pc}]);
+      // A float read by source that varies becomes a run-time number where floats may be graph
+      // inputs (backends that run any size), unless dynamic=False.
+      if (ctx.dynamic != 0 && ctx.any_sizes) {
+        traced->entry().set_varying_floats(&state.pinned_numbers[{ctx.id, pc}]);
+      }
       traced->set_compiling_answer(compiling_answer);
       try {
         traced->run();

@@ -287,6 +287,16 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         }
         return Value::constant(std::move(value));
       }
+      if (PyFunction_Check(obj) && name == "__get__") {
+        // func.__get__ (the descriptor protocol by hand: torch's LR schedulers wrap the
+        // optimizer's step with `func.__get__(opt, type(opt))(...)`): called, the function bound
+        // to the instance (Tracer::call).
+        ValuePtr getter = Value::object(py::getattr(py::type::of(base->obj), "__get__"));
+        getter->role = ObjRole::kTypeMethod;
+        getter->method = name;
+        getter->bound_self = base;
+        return getter;
+      }
       const bool names = name == "__name__" || name == "__qualname__" || name == "__module__";
       if ((PyFunction_Check(obj) && (names || name == "__doc__" || name == "__code__" ||
                                      name == "__defaults__" || name == "__kwdefaults__" ||

@@ -200,6 +200,7 @@ py::object type_of(const ValuePtr& value) {
     case VKind::kCell:
       return borrow(&PyCell_Type);
     case VKind::kIter:
+      if (value->pytype) return value->pytype;  // a generator's
       FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
     case VKind::kList:
       return borrow(&PyList_Type);
@@ -640,6 +641,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     const ValuePtr self = args.at(0);
     if (fn->is(ObjRole::kTypeMethod) && self->is(ObjRole::kNewObject)) {
       return new_object_method(name, args, kwargs);
+    }
+    if (fn->is(ObjRole::kTypeMethod) && name == "__get__" && PyFunction_Check(self->obj.ptr()) &&
+        self->is(ObjRole::kPlain) && !self->bound_self && (args.size() == 2 || args.size() == 3) &&
+        kwargs.empty()) {
+      // func.__get__(obj[, type]): func bound to obj (itself for None)
+      if (args[1]->is_const() && args[1]->obj.is_none()) return self;
+      return bind_class_attribute(AttrKind::kFunction, self->obj, args[1]);
     }
     static PyObject* const kSetattr = PyUnicode_InternFromString("__setattr__");
     if (fn->is(ObjRole::kTypeMethod) && name == "__setattr__" && args.size() == 3 && kwargs.empty() &&
@@ -1268,7 +1276,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     const std::string name = callable_name(callable);
     if (name == "isinstance" && args.size() == 2) {
       if (py::object classes = class_info(args[1])) {
-        if (args[0]->kind == VKind::kIter) {
+        if (args[0]->kind == VKind::kIter && !args[0]->pytype) {
           // An iterator of the trace (a list's, a generator, map's, zip's): the answer every
           // kind of iterator gives (isinstance(leaves, (list, tuple)) is False for each, Iterator
           // True), where they agree.

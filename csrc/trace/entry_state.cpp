@@ -178,6 +178,12 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
     value->source = slot;
+  } else if (PyFloat_CheckExact(obj) && floats_ != nullptr && float_varies(slot, obj)) {
+    // A float read by source that changed between compiles of this place (a learning rate a
+    // scheduler sets): a run-time number from now on, as one in the middle of a frame is.
+    guards_.add_type(slot, reinterpret_cast<PyObject*>(&PyFloat_Type));
+    value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
+    value->source = slot;
   } else if (is_constant_type(obj)) {
     if (obj == Py_None || obj == Py_Ellipsis) {
       guards_.add_id(slot, obj);
@@ -215,6 +221,18 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   }
   by_slot_[slot] = value;
   return value;
+}
+
+bool EntryState::float_varies(int slot, PyObject* value) {
+  const std::string& text = sources_.at(slot).text;
+  if (floats_->varying.count(text)) return true;
+  auto [first, inserted] = floats_->first.emplace(text, py::reinterpret_borrow<py::object>(value));
+  if (inserted) return false;
+  const int same = PyObject_RichCompareBool(first->second.ptr(), value, Py_EQ);
+  if (same < 0) PyErr_Clear();
+  if (same == 1) return false;
+  floats_->varying.insert(text);
+  return true;
 }
 
 bool EntryState::is_frame_state(int slot) const {

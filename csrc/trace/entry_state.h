@@ -8,6 +8,7 @@
 #include <string>
 #include <utility>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/py.h"
@@ -24,6 +25,19 @@ namespace framejit {
 bool is_constant_type(PyObject* obj);
 // Objects that are stable by identity: modules, functions, classes, builtins, descriptors.
 bool is_identity_object(PyObject* obj);
+
+// Numbers one place (a compile context's entry pc) specialised, by source text: the value of the
+// first compile that pinned each. A later compile there that finds another value marks it
+// varying, and from then on it is a run-time number at that place (automatic dynamic, as sizes
+// are for backends that compile per size). Ints in the middle of a frame (a loop counter, a
+// config value held in a local across a break) are pinned by the size tracker where Python
+// needs their value; floats read by source (a learning rate a scheduler changes in the
+// optimizer's param group, a scale argument) are specialised by EntryState until they vary.
+// Kept by the runtime (CodeState), one per place.
+struct PinnedNumbers {
+  std::unordered_map<std::string, py::object> first;
+  std::unordered_set<std::string> varying;
+};
 
 class EntryState {
  public:
@@ -52,6 +66,9 @@ class EntryState {
   bool is_frame_state(int slot) const;
   // The source slot of a tensor placeholder, -1 if `node` is none.
   int slot_of_placeholder(Node* node) const;
+  // Where floats read by source are specialised until they vary (PinnedNumbers); nullptr (the
+  // default): always specialised.
+  void set_varying_floats(PinnedNumbers* floats) { floats_ = floats; }
 
   // Graph inputs in placeholder order: tensors by slot (added by load), scalar inputs as
   // expressions over slots (added by the size tracker).
@@ -108,6 +125,9 @@ class EntryState {
 
  private:
   ValuePtr wrap(int slot, py::handle real);
+  // Whether the float read at `slot` is a run-time number: its source's value changed between
+  // compiles of this place (floats_).
+  bool float_varies(int slot, PyObject* value);
 
   FrameState frame_;
   int entry_pc_;
@@ -124,6 +144,7 @@ class EntryState {
   std::vector<Rebuild> inputs_;
   std::set<std::pair<int, std::string>> class_attributes_guarded_;
   std::unordered_map<PyObject*, int> changed_;  // see note_changed: live object -> its slot
+  PinnedNumbers* floats_ = nullptr;
 };
 
 }  // namespace framejit

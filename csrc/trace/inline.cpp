@@ -443,6 +443,7 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
     callee->made_at = site;
     ValuePtr it = Value::iter({});
     it->iter_form = IterForm::kGenerator;
+    it->pytype = PyRefs::get().generator_type;
     it->gen_frame = std::move(callee);
     push(std::move(it));
     return;
@@ -609,6 +610,18 @@ std::vector<std::pair<std::string, ValuePtr>> Tracer::module_dict_items(const Va
   return out;
 }
 
+namespace {
+
+// An iterator over items that Python gives as a generator (Module.parameters() and the other
+// listings are generator functions).
+ValuePtr generator_iter(std::vector<ValuePtr> items) {
+  ValuePtr it = Value::iter(std::move(items));
+  it->pytype = PyRefs::get().generator_type;
+  return it;
+}
+
+}  // namespace
+
 ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args,
                                 const KwValues& kwargs) {
   const std::string name = py::str(fn.attr("__name__")).cast<std::string>();
@@ -670,14 +683,14 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
       if (!children.insert(real).second) continue;
       items.push_back(name == "children" ? child : named(key, child));
     }
-    return Value::iter(std::move(items));
+    return generator_iter(std::move(items));
   }
   if (name == "modules" || name == "named_modules") {
     walk(self, prefix);
     for (const auto& [at, module] : modules) {
       items.push_back(name == "modules" ? module : named(at, module));
     }
-    return Value::iter(std::move(items));
+    return generator_iter(std::move(items));
   }
   // parameters / buffers and their named forms: the members of each module of the tree.
   if (recurse) {
@@ -699,7 +712,7 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
       items.push_back(with_names ? named(joined(at, key), member) : member);
     }
   }
-  return Value::iter(std::move(items));
+  return generator_iter(std::move(items));
 }
 
 ValuePtr Tracer::zero_arg_super() {

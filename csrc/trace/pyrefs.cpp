@@ -46,6 +46,7 @@ void PyRefs::init(py::object support_module) {
   r.warning_category = r.support.attr("FramejitWarning");
   r.partial_type = py::module_::import("functools").attr("partial");
   r.lru_cache_type = py::module_::import("functools").attr("_lru_cache_wrapper");
+  r.generator_type = py::module_::import("types").attr("GeneratorType");
   r.signature = py::module_::import("inspect").attr("signature");
   r.environ = py::module_::import("os").attr("environ");
   r.mapping_get = py::module_::import("collections.abc").attr("Mapping").attr("get");

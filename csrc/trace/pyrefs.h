@@ -27,6 +27,7 @@ struct PyRefs {
   py::object warning_category;   // framejit.FramejitWarning
   py::object partial_type;       // functools.partial
   py::object lru_cache_type;     // functools._lru_cache_wrapper (@functools.cache / lru_cache)
+  py::object generator_type;     // types.GeneratorType
   py::object signature;          // inspect.signature
   py::object environ;            // os.environ
   py::object mapping_get;        // collections.abc.Mapping.get

@@ -22,17 +22,6 @@
 
 namespace framejit {
 
-// Ints in the middle of a frame (EntryState: a loop counter, a config value held in a local
-// across a break; floats are not pinned) that one place, a compile context's entry pc, pinned to their values where
-// Python needed them, by source text: the value of the first compile that pinned each. A later
-// compile there that finds another value marks it varying, and from then on it stays a run-time
-// number at that place (automatic dynamic, as sizes are for backends that compile per size).
-// Kept by the runtime (CodeState), one per place.
-struct PinnedNumbers {
-  std::unordered_map<std::string, py::object> first;
-  std::unordered_set<std::string> varying;
-};
-
 class SizeTracker {
  public:
   SizeTracker(EntryState& entry, GraphRecorder& recorder);

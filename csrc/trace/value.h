@@ -131,7 +131,8 @@ struct Value {
   int64_t known_version = -1;
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
                                  // kDict made by collections.defaultdict: defaultdict, made by
-                                 // collections.OrderedDict: OrderedDict
+                                 // collections.OrderedDict: OrderedDict; kIter: types.GeneratorType
+                                 // for a generator's (a generator function's, a module listing's)
   ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory
                                  // (a constant, or any callable value of the trace)
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)

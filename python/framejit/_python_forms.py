@@ -487,6 +487,34 @@ def _manager_form(helper):
 
 # Builtins the tracer answers itself unless called with a key function.
 # (zip with strict=: its checks.)
+def trace_group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
+    """torch._C._group_tensors_by_device_and_dtype (C++; clip_grad_norm_ and the foreach helpers
+    group their tensor lists with it): the lists split by the device and dtype of the first
+    list's tensors, which the trace knows (their metadata is guarded). Groups come in the order
+    first met; each holds the lists' entries at those positions (None where a later list has
+    None), and the positions themselves where asked for."""
+    groups = {}
+    if not tensorlistlist:
+        return groups
+    for position, first in enumerate(tensorlistlist[0]):
+        if first is None:
+            raise RuntimeError(
+                "Tensors of the first list of nested Tensor lists are supposed to be defined "
+                f"but the {position}-th Tensor is not.")
+        key = (first.device, first.dtype)
+        if key not in groups:
+            groups[key] = ([[] for _ in tensorlistlist], [])
+        lists, positions = groups[key]
+        for into, source in zip(lists, tensorlistlist):
+            into.append(source[position])
+        if with_indices:
+            positions.append(position)
+    return groups
+
+
+# torch functions (C++) that have a Python form: not graph ops (_support.classify_callable).
+TORCH_FORMS = {torch._C._group_tensors_by_device_and_dtype: trace_group_tensors_by_device_and_dtype}
+
 _KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max, zip: trace_zip}
 
 _FORMS = {
@@ -514,6 +542,7 @@ _FORMS = {
     operator.methodcaller: trace_methodcaller,
     os.getenv: trace_getenv,
     contextlib.suppress: trace_suppress,
+    **TORCH_FORMS,
 }
 
 

@@ -46,9 +46,10 @@ TRACED_TORCH = ("optim", "utils/_foreach_utils.py")
 
 # torch's Python inlined where traced code calls it (never hooked on its own: torch's internals
 # call it all the time): pytree's flatten / unflatten / tree_map, which libraries call on their
-# arguments (x-transformers, accelerate) and torch.compile inlines too. Its TreeSpec objects are
+# arguments (x-transformers, accelerate), and clip_grad_norm_ / clip_grad_value_ of a training
+# step, as torch.compile inlines them. Its TreeSpec objects are
 # made in the trace as instances of any plain class are (_support.plain_class_init).
-INLINED_TORCH = ("utils/_pytree.py",)
+INLINED_TORCH = ("utils/_pytree.py", "nn/utils/clip_grad.py")
 
 SKIP, TRACE, INLINE_ONLY = 0, 1, 2  # the C++ TraceRule values
 

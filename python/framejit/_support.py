@@ -24,7 +24,7 @@ import torch
 from . import _C
 from ._C import AttrKind, CallableKind, Presence, TensorMethodKind
 from ._graph_module import FramejitGraphModule  # noqa: F401  (made by the C++ core)
-from ._python_forms import FORM_CLASSES, copy_kind, deepcopy_kind, python_form, tuple_method  # noqa: F401  (python_form, tuple_method: looked up by the C++ core)
+from ._python_forms import FORM_CLASSES, TORCH_FORMS, copy_kind, deepcopy_kind, python_form, tuple_method  # noqa: F401  (python_form, tuple_method: looked up by the C++ core)
 from ._python_forms import trace_defaultdict_missing as defaultdict_missing  # noqa: F401  (the same)
 from ._python_forms import trace_operator as operator_form  # noqa: F401  (the same)
 from .exc import FramejitWarning, Unsupported  # noqa: F401  (looked up by the C++ core)
@@ -174,8 +174,10 @@ def classify_callable(fn) -> CallableKind:
     if isinstance(fn, type):
         return CallableKind.NOT_TRACED
     if module == "torch" or module.startswith("torch."):
-        if module.startswith(_NOT_OPS_PREFIXES):
+        if module.startswith(_NOT_OPS_PREFIXES) or fn in TORCH_FORMS:
             return CallableKind.NOT_TRACED
+        if isinstance(fn, types.FunctionType) and _is_policy_traced_torch(fn):
+            return CallableKind.NOT_TRACED  # torch's Python the policy traces (clip_grad_norm_)
         if getattr(fn, "__name__", "") in ("__enter__", "__exit__"):
             return CallableKind.NOT_TRACED  # a torch context manager the runtime enters
         if _is_traced_torch_helper(module, fn):
@@ -624,9 +626,15 @@ def slot_names(cls):
     return names
 
 
+def _is_policy_traced_torch(fn) -> bool:
+    from . import _skip
+    return _skip.is_traced_torch(fn.__code__.co_filename)
+
+
 def _is_traced_torch_class(klass) -> bool:
     """A class of torch's Python that the policy inlines (pytree's TreeSpec): made in the trace
-    like a user's class."""
+    like a user's class. (Not torch.optim's: an LR scheduler's step would then be traced, and the
+    epoch counter it reads, an int that changes every step, would compile a graph per step.)"""
     from . import _skip
     module = sys.modules.get(klass.__module__)
     filename = getattr(module, "__file__", None)

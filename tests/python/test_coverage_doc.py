@@ -1099,6 +1099,52 @@ def ex_warning_once(x):
     return x * 2
 
 
+class _Clipped(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(4, 4)
+
+
+_CLIPPED = _Clipped()
+for _p in _CLIPPED.parameters():
+    _p.grad = torch.ones_like(_p)
+
+
+@example("clip_grad_norm_(model.parameters(), 1.0)")
+def ex_clip_grad_norm(x):
+    norm = torch.nn.utils.clip_grad_norm_(_CLIPPED.parameters(), 1e6)  # (nothing clipped)
+    return x * norm
+
+
+class _LearningRate:
+    param_groups = [{"lr": 0.1}]
+
+
+_SCHEDULED = _LearningRate()
+
+
+@example('opt.param_groups[0]["lr"]')
+def ex_varying_float(x):
+    # (a scheduler changing it between calls: test_optimizers.py)
+    return x * _SCHEDULED.param_groups[0]["lr"]
+
+
+def _double(self, t):
+    return t * 2
+
+
+class _HasDouble:
+    pass
+
+
+_HAS_DOUBLE = _HasDouble()
+
+
+@example("func.__get__(opt, type(opt))(x)")
+def ex_function_get(x):
+    return _double.__get__(_HAS_DOUBLE, _HasDouble)(x)
+
+
 @example("obj.attr = x")
 def ex_setattr(x):
     y = x + 1

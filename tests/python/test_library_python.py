@@ -1653,3 +1653,38 @@ def test_requires_grad_set_on_a_tensor_the_graph_makes_is_in_the_graph():
         assert [r["exit"] for r in regions(makes_a_bias_that_requires_grad)] == ["return"]
         x.grad = None
         framejit.reset()
+
+
+class _Stepper:
+    def __init__(self):
+        self.calls = 0
+
+    def step(self, x):
+        self.calls += 1
+        return x * 2
+
+
+def _wrap_step(stepper):
+    # torch's LR schedulers wrap the optimizer's step this way (func.__get__(obj, type(obj))).
+    func = stepper.step.__func__
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        return func.__get__(stepper, stepper.__class__)(*args, **kwargs)
+
+    stepper.step = wrapper
+
+
+def steps_through_a_wrapped_method(x, stepper):
+    return stepper.step(x) + 1
+
+
+def test_a_function_bound_by_its_descriptor_get_is_called_in_the_graph():
+    stepper = _Stepper()
+    _wrap_step(stepper)
+    counter = CompileCounter()
+    compiled = framejit.compile(steps_through_a_wrapped_method, backend=counter)
+    x = torch.randn(3)
+    assert same(compiled(x, stepper), x * 2 + 1) and stepper.calls == 1  # the count, replayed
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(steps_through_a_wrapped_method)] == ["return"]

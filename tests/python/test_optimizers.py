@@ -272,3 +272,108 @@ def test_saved_tensor_hooks_pack_the_same_tensors_as_eager_on_the_compiling_call
     assert saves(compiled) == eager  # the compiling call: no meta tensor of the trace
     assert saves(compiled) == eager
     assert all(d.type == "cpu" for d in eager)
+
+
+def step_with_clipping_and_a_schedule(model, opt, sched, x):
+    loss = model(x).sum()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    opt.step()
+    sched.step()
+    opt.zero_grad()
+    return loss.detach(), norm
+
+
+@pytest.mark.parametrize("backend", ["eager", "native"])
+def test_a_learning_rate_a_scheduler_changes_compiles_once_more_not_every_step(backend):
+    # The scheduler writes a new float into the param group every step: the first compile
+    # specialises it (guarded equal), the second finds it changed and reads it as a run-time
+    # number from then on (a scalar graph input), as torch.compile does.
+    def train(compiled):
+        model, opt = make("AdamW")
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=10)
+        counter = CompileCounter(None if backend == "eager" else backend)
+        step = framejit.compile(step_with_clipping_and_a_schedule, backend=counter) if compiled else \
+            step_with_clipping_and_a_schedule
+        torch.manual_seed(1)
+        counts, outs = [], []
+        for _ in range(8):
+            outs += list(step(model, opt, sched, torch.randn(2, 4)))
+            counts.append(counter.frame_count)
+        return outs + [p.detach().clone() for p in model.parameters()], counts, opt
+
+    expected, _, eager_opt = train(False)
+    got, counts, opt = train(True)
+    # (over 8 steps the float32 step sizes' last bits add up a little more than in `close`)
+    assert all(torch.allclose(a, b, rtol=1e-4, atol=1e-5) for a, b in zip(got, expected))
+    assert opt.param_groups[0]["lr"] == eager_opt.param_groups[0]["lr"]
+    assert counts[-1] == counts[2]  # nothing compiles after the second step
+    assert counts[-1] <= 5
+
+
+class _Scaled:
+    scale = 0.5
+
+
+def scales(x, config):
+    return x * config.scale + 1
+
+
+def test_a_float_attribute_that_changes_is_a_run_time_number_after_its_second_compile():
+    counter = CompileCounter()
+    compiled = framejit.compile(scales, backend=counter)
+    config = _Scaled()
+    x = torch.randn(3)
+    counts = []
+    for value in (0.5, 0.25, 0.125, 2.0, 3.5):
+        config.scale = value
+        assert torch.allclose(compiled(x, config), scales(x, config))
+        counts.append(counter.frame_count)
+    assert counts == [1, 2, 2, 2, 2]
+    assert "config_scale: \"Sym(f64)\"" in regions(scales)[-1]["graph"]
+    # dynamic=False specialises every value
+    framejit.reset()
+    counter = CompileCounter()
+    static = framejit.compile(scales, backend=counter, dynamic=False)
+    for value in (0.5, 0.25, 0.125):
+        config.scale = value
+        assert torch.allclose(static(x, config), scales(x, config))
+    assert counter.frame_count == 3
+
+
+def clips(model, x):
+    loss = model(x).sum()
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    value_clipped = torch.nn.utils.clip_grad_norm_([p for p in model.parameters()][:1], 0.1, norm_type="inf")
+    return norm, value_clipped, [p.grad.clone() for p in model.parameters()]
+
+
+class _TwoDtypes(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 8).double()
+        self.second = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.second(torch.relu(self.first(x)).float())
+
+
+def test_clip_grad_norm_is_traced_into_the_graph_after_backward():
+    # The region after backward() holds both clips: clip_grad_norm_ is inlined (the gradients
+    # grouped by device and dtype at trace time: two groups here), as torch.compile inlines it.
+    def run(compiled):
+        torch.manual_seed(0)
+        model = _TwoDtypes()
+        x = torch.randn(2, 4, dtype=torch.float64)
+        step = framejit.compile(clips, backend="eager") if compiled else clips
+        return step(model, x)
+
+    assert same_tree(run(True), run(False))
+    assert [r["exit"] for r in regions(clips)] == ["call", "return"]  # only backward() breaks
+
+
+def same_tree(a, b):
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
+    return torch.allclose(a, b, rtol=1e-6, atol=1e-7)
