@@ -65,6 +65,15 @@ Source SourceTable::local(int index, const std::string& name) {
   return s;
 }
 
+Source SourceTable::local_bound(int index, const std::string& name) {
+  Source s;
+  s.kind = SourceKind::kLocalBound;
+  s.index = index;
+  s.text = "bound(L['" + name + "'])";
+  s.name_hint = name + "_bound";
+  return s;
+}
+
 Source SourceTable::global(const std::string& name) {
   Source s;
   s.kind = SourceKind::kGlobal;
@@ -199,6 +208,8 @@ PyObject* SourceTable::read(int slot, const FrameState& frame, PyObject* const* 
       Py_XINCREF(value);
       return value;
     }
+    case SourceKind::kLocalBound:
+      return Py_NewRef(frame.localsplus[s.index] != nullptr ? Py_True : Py_False);
     case SourceKind::kStack: {
       if (s.index >= frame.stack_size) return nullptr;
       PyObject* value = frame.stack[s.index];  // borrowed from the runtime's stack

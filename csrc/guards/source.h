@@ -22,6 +22,7 @@ enum class SourceKind : uint8_t {
   kContextValue,  // the value of the contextvars.ContextVar in slot `base` in the running context
                   // (where unset: `key` if set, else the variable's default, else unreadable)
   kWeakTarget,    // what the weakref.ref in slot `base` refers to: r(), None once it is dead
+  kLocalBound,    // whether frame local `index` is bound: True or False (never unreadable)
 };
 
 struct Source {
@@ -87,6 +88,8 @@ class SourceTable {
   PyObject* read(int slot, const FrameState& frame, PyObject* const* slots) const;
 
   static Source local(int index, const std::string& name);
+  // Whether the local is bound (a region entered mid-frame where a 3.12 comprehension saves it).
+  static Source local_bound(int index, const std::string& name);
   static Source global(const std::string& name);
   static Source stack(int index);
   static Source global_of(py::object globals, const std::string& name);

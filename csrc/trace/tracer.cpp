@@ -394,6 +394,15 @@ ValuePtr Tracer::local_or_null(int index) {
   n_args += (code->co_flags & CO_VARARGS) ? 1 : 0;
   n_args += (code->co_flags & CO_VARKEYWORDS) ? 1 : 0;
   if (entry_pc_ == 0 && index >= n_args && index < code->co_nlocals) return Value::null();
+  if (index < code->co_nlocals) {
+    // Mid-frame (a 3.12 comprehension after a break saves its variable): whether it is bound
+    // now, guarded; unbound, a Null, which the comprehension's STORE_FAST puts back after it.
+    ValuePtr bound = entry_.load(SourceTable::local_bound(index, co_varname(index)));
+    if (bound && bound->is_const() && bound->obj.ptr() == Py_False) {
+      frame().locals[index] = Value::null();
+      return frame().locals[index];
+    }
+  }
   return local(index);
 }
 

@@ -816,7 +816,9 @@ CASES = [
     # <listcomp> regions are keyed on the length of the list being built
     # the comprehension resumed after a break appends to its list (on the stack, read by
     # source): traced and written back, one more compiled region than when that ran as Python
-    Case(list_comprehension_filter, [([POS3[:2], NEG3[:2]],), ([NEG3[:2]],)], 7, {"call"}),
+    # (8: on 3.12+ the inlined comprehension after the .item() break is traced, its per-element
+    # branches regions of their own; on 3.11 it is a function of its own)
+    Case(list_comprehension_filter, [([POS3[:2], NEG3[:2]],), ([NEG3[:2]],)], 8, {"call"}),
     # --- I. nested calls and recursion ---
     Case(outer_calls_breaking_helper, [(POS3,), (-POS3,)], 5, {"call"}),
     Case(two_levels_of_calls, [(POS3,), (NEG3,), (T(0.1, 0.1, 0.1),)], 8, {"call"}),
@@ -1143,3 +1145,25 @@ def test_100k_calls_with_breaks_leak_nothing():
     assert counter.frame_count == graphs
     gc.collect()
     assert [r() for r in refs] == [None] * len(refs)
+
+
+def comprehension_after_a_break(x, flag):
+    if flag:
+        t = x + 1
+    print("break")  # the next region starts mid-frame
+    doubled = [t * 2 for t in (x, x + 1)]  # 3.12+: saves `t` (bound or not) and puts it back
+    return doubled[0] + doubled[1] + (t if flag else 0)
+
+
+def test_a_comprehension_in_a_region_entered_mid_frame_is_traced(capsys):
+    # On 3.12 and later a comprehension is inlined: it saves the enclosing frame's variable of
+    # the same name, unbound here when flag is False, which the region reads as a guarded
+    # fact (bound or not) instead of ending there.
+    counter = CompileCounter()
+    compiled = framejit.compile(comprehension_after_a_break, backend=counter)
+    x = torch.randn(3)
+    for flag in (True, False, True, False):
+        assert same(compiled(x, flag), comprehension_after_a_break(x, flag))
+    exits = [r["exit"] for r in regions(comprehension_after_a_break)]
+    assert "deopt" not in exits and exits.count("return") == 2  # one per flag
+    capsys.readouterr()
