@@ -1406,13 +1406,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   static PyObject* const kReprBuiltin =
       py::object(py::module_::import("builtins").attr("repr")).release().ptr();
+  static PyObject* const kStr = PyUnicode_InternFromString("__str__");
+  static PyObject* const kRepr = PyUnicode_InternFromString("__repr__");
   if ((callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type) || callable.ptr() == kReprBuiltin) &&
       args.size() == 1 && kwargs.empty() && args[0]->is(ObjRole::kNewObject)) {
     // str(key) / repr(key) of an object the trace made whose class writes its __str__ or
     // __repr__ in traced Python (pytree's key entries): that method, inlined (object.__str__
     // calls __repr__).
-    static PyObject* const kStr = PyUnicode_InternFromString("__str__");
-    static PyObject* const kRepr = PyUnicode_InternFromString("__repr__");
     auto* type = reinterpret_cast<PyTypeObject*>(args[0]->obj.ptr());
     PyObject* name = callable.ptr() == kReprBuiltin ? kRepr : kStr;
     if (name == kStr && _PyType_Lookup(type, kStr) == _PyType_Lookup(&PyBaseObject_Type, kStr)) name = kRepr;
@@ -1427,8 +1427,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       args[0]->source < 0 && PyExceptionInstance_Check(args[0]->obj.ptr())) {
     // str(e) / repr(e) of an exception the trace made from constants, whose class keeps the
     // builtin __str__ / __repr__: its text now.
-    static PyObject* const kStr = PyUnicode_InternFromString("__str__");
-    static PyObject* const kRepr = PyUnicode_InternFromString("__repr__");
     const bool as_str = callable.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type);
     PyObject* method = _PyType_Lookup(Py_TYPE(args[0]->obj.ptr()), as_str ? kStr : kRepr);  // Borrowed
     if (method != nullptr && !PyFunction_Check(method)) {

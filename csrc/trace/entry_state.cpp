@@ -171,17 +171,12 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     tensor_slots_.emplace(node, slot);
     value = Value::tensor(node, meta, device, slot);
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-  } else if (entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
-             is_frame_state(slot)) {
-    // A number in the middle of a frame (a loop counter, the result of .item()): its type is
-    // guarded, its value only where the trace needs it (see specialize()).
+  } else if ((entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) && is_frame_state(slot)) ||
+             (PyFloat_CheckExact(obj) && floats_ != nullptr && float_varies(slot, obj))) {
+    // A number in the middle of a frame (a loop counter, the result of .item()), or a float read
+    // by source that changed between compiles of this place (a learning rate a scheduler sets):
+    // its type is guarded, its value only where the trace needs it (see specialize()).
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-    value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
-    value->source = slot;
-  } else if (PyFloat_CheckExact(obj) && floats_ != nullptr && float_varies(slot, obj)) {
-    // A float read by source that changed between compiles of this place (a learning rate a
-    // scheduler sets): a run-time number from now on, as one in the middle of a frame is.
-    guards_.add_type(slot, reinterpret_cast<PyObject*>(&PyFloat_Type));
     value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
     value->source = slot;
   } else if (is_constant_type(obj)) {

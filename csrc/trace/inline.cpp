@@ -441,9 +441,8 @@ void Tracer::inline_call(const ValuePtr& fn, py::handle function, std::vector<Va
   if (lazy_generator) {  // called: a generator, its frame not started (generators.cpp)
     callee->lazy_generator = true;
     callee->made_at = site;
-    ValuePtr it = Value::iter({});
+    ValuePtr it = Value::generator_iter({});
     it->iter_form = IterForm::kGenerator;
-    it->pytype = PyRefs::get().generator_type;
     it->gen_frame = std::move(callee);
     push(std::move(it));
     return;
@@ -610,18 +609,6 @@ std::vector<std::pair<std::string, ValuePtr>> Tracer::module_dict_items(const Va
   return out;
 }
 
-namespace {
-
-// An iterator over items that Python gives as a generator (Module.parameters() and the other
-// listings are generator functions).
-ValuePtr generator_iter(std::vector<ValuePtr> items) {
-  ValuePtr it = Value::iter(std::move(items));
-  it->pytype = PyRefs::get().generator_type;
-  return it;
-}
-
-}  // namespace
-
 ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args,
                                 const KwValues& kwargs) {
   const std::string name = py::str(fn.attr("__name__")).cast<std::string>();
@@ -683,14 +670,14 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
       if (!children.insert(real).second) continue;
       items.push_back(name == "children" ? child : named(key, child));
     }
-    return generator_iter(std::move(items));
+    return Value::generator_iter(std::move(items));  // (generator functions)
   }
   if (name == "modules" || name == "named_modules") {
     walk(self, prefix);
     for (const auto& [at, module] : modules) {
       items.push_back(name == "modules" ? module : named(at, module));
     }
-    return generator_iter(std::move(items));
+    return Value::generator_iter(std::move(items));
   }
   // parameters / buffers and their named forms: the members of each module of the tree.
   if (recurse) {
@@ -712,7 +699,7 @@ ValuePtr Tracer::module_listing(py::handle fn, const std::vector<ValuePtr>& args
       items.push_back(with_names ? named(joined(at, key), member) : member);
     }
   }
-  return generator_iter(std::move(items));
+  return Value::generator_iter(std::move(items));
 }
 
 ValuePtr Tracer::zero_arg_super() {

@@ -150,27 +150,23 @@ bool is_nn_module(PyObject* obj) {
   return is == 1;
 }
 
+// Whether obj.__module__ is the module `name`.
+bool module_is(PyObject* obj, const char* name) {
+  static PyObject* const kModule = PyUnicode_InternFromString("__module__");
+  py::object module = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, kModule));
+  if (!module) PyErr_Clear();
+  return module && PyUnicode_Check(module.ptr()) && PyUnicode_CompareWithASCIIString(module.ptr(), name) == 0;
+}
+
 // typing's own forms (List, Optional, List[int]) and builtin generic aliases (list[int]).
 bool is_annotation(PyObject* obj) {
   if (Py_TYPE(obj) == &Py_GenericAliasType) return true;
-  static PyObject* const kModule = PyUnicode_InternFromString("__module__");
-  py::object module = py::reinterpret_steal<py::object>(
-      PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(obj)), kModule));
-  if (!module) PyErr_Clear();
-  return module && PyUnicode_Check(module.ptr()) &&
-         PyUnicode_CompareWithASCIIString(module.ptr(), "typing") == 0;
+  return module_is(reinterpret_cast<PyObject*>(Py_TYPE(obj)), "typing");
 }
 
 // collections.abc's classes (Callable[[T], Any], Mapping[str, int]: their __class_getitem__
 // makes an alias, as typing's forms do).
-bool is_abc_class(PyObject* obj) {
-  if (!PyType_Check(obj)) return false;
-  static PyObject* const kModule = PyUnicode_InternFromString("__module__");
-  py::object module = py::reinterpret_steal<py::object>(PyObject_GetAttr(obj, kModule));
-  if (!module) PyErr_Clear();
-  return module && PyUnicode_Check(module.ptr()) &&
-         PyUnicode_CompareWithASCIIString(module.ptr(), "collections.abc") == 0;
-}
+bool is_abc_class(PyObject* obj) { return PyType_Check(obj) && module_is(obj, "collections.abc"); }
 
 // The Python object a subscript key stands for where it is known at trace time: a constant,
 // a class (torch.Tensor in List[torch.Tensor]), an annotation, or a tuple of those

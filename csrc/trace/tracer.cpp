@@ -551,17 +551,6 @@ ValuePtr Tracer::as_bool_for_jump(ValuePtr value, const Instr& i) {
   }
 }
 
-namespace {
-
-// A generator expression run to its end: an iterator over its yields, a generator to Python.
-ValuePtr generator_result(std::vector<ValuePtr> yields) {
-  ValuePtr it = Value::iter(std::move(yields));
-  it->pytype = PyRefs::get().generator_type;
-  return it;
-}
-
-}  // namespace
-
 void Tracer::finish(const ValuePtr& value) {
   if (frame().lazy_generator) {
     end_generator(/*returned=*/true, value);
@@ -591,7 +580,7 @@ void Tracer::finish(const ValuePtr& value) {
       frames_.pop_back();
       return;
     }
-    ValuePtr result = frame().generator ? generator_result(std::move(frame().yields))
+    ValuePtr result = frame().generator ? Value::generator_iter(std::move(frame().yields))
                       : frame().constructed ? frame().constructed
                       : frame().on_found    ? frame().on_found
                                             : value;

@@ -106,6 +106,12 @@ ValuePtr Value::iter(std::vector<ValuePtr> items) {
   return v;
 }
 
+ValuePtr Value::generator_iter(std::vector<ValuePtr> items) {
+  ValuePtr v = iter(std::move(items));
+  v->pytype = PyRefs::get().generator_type;
+  return v;
+}
+
 ValuePtr Value::map_items(const ValuePtr& value,
                           const std::function<ValuePtr(const ValuePtr&)>& fn) {
   if (value->kind != VKind::kTuple && value->kind != VKind::kList && value->kind != VKind::kDict) {

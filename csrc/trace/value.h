@@ -202,6 +202,9 @@ struct Value {
   // A number computed as fn(*args) from other numbers, `value` its trace-time result.
   static ValuePtr sym_num(py::object fn, std::vector<ValuePtr> args, py::object value);
   static ValuePtr iter(std::vector<ValuePtr> items);
+  // An iterator that is a generator to Python (type() / isinstance see types.GeneratorType): a
+  // generator function's frame, a generator expression's yields, a module listing.
+  static ValuePtr generator_iter(std::vector<ValuePtr> items);
   // An iterator over a list or dict value of the trace, read as it is at each step.
   static ValuePtr iter_over(const ValuePtr& container, char view = 'k');
 

@@ -485,8 +485,6 @@ def _manager_form(helper):
     return form
 
 
-# Builtins the tracer answers itself unless called with a key function.
-# (zip with strict=: its checks.)
 def trace_group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
     """torch._C._group_tensors_by_device_and_dtype (C++; clip_grad_norm_ and the foreach helpers
     group their tensor lists with it): the lists split by the device and dtype of the first
@@ -515,6 +513,8 @@ def trace_group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
 # torch functions (C++) that have a Python form: not graph ops (_support.classify_callable).
 TORCH_FORMS = {torch._C._group_tensors_by_device_and_dtype: trace_group_tensors_by_device_and_dtype}
 
+# Builtins the tracer answers itself unless called with a key function.
+# (zip with strict=: its checks.)
 _KEYED_FORMS = {sorted: trace_sorted, min: trace_min, max: trace_max, zip: trace_zip}
 
 _FORMS = {
