@@ -212,6 +212,14 @@ void GuardSet::add_size_relation(int slot, int dim, SizeRelation rel, int other,
   sorted_ = false;
 }
 
+void GuardSet::add_int_relation(int slot, SizeRelation rel, int64_t bound) {
+  Guard guard{GuardKind::kIntRelation, slot, py::none()};
+  guard.n = bound;
+  guard.rel = static_cast<uint8_t>(rel);
+  push(guard);
+  sorted_ = false;
+}
+
 void GuardSet::add_pair(GuardKind kind, int slot, int other) {
   if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
   Guard guard{kind, slot, py::none()};
@@ -252,6 +260,15 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
         return false;
       }
       return relation_holds(static_cast<SizeRelation>(guard.rel), a, b);
+    }
+    case GuardKind::kIntRelation: {
+      int overflow = 0;
+      const int64_t a = PyLong_Check(value) ? PyLong_AsLongLongAndOverflow(value, &overflow) : 0;
+      if (!PyLong_Check(value) || overflow != 0 || (a == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+      }
+      return relation_holds(static_cast<SizeRelation>(guard.rel), a, guard.n);
     }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
@@ -356,6 +373,9 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
       return fmt::format("SIZE_RELATION {}.size({}) {} {}.size({})", src, guard.dim,
                          relation_text(static_cast<SizeRelation>(guard.rel)),
                          sources.at(static_cast<int>(guard.n)).text, guard.other_dim);
+    case GuardKind::kIntRelation:
+      return fmt::format("INT_RELATION {} {} {}", src, relation_text(static_cast<SizeRelation>(guard.rel)),
+                         guard.n);
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", object_text(guard.expected.ptr()), src,
                          guard.n ? "True" : "False");

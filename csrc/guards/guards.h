@@ -25,6 +25,8 @@ enum class GuardKind : uint8_t {
   kSame,          // value is the value of slot n (two sources the trace found to be one object)
   kSizeRelation,  // value.size(dim) REL (slot n's value).size(other_dim), both tensors (a
                   // comparison of two input sizes the trace decided: `kv_length > q_length`)
+  kIntRelation,   // value REL n, value an int (its exact type guarded apart): a comparison the
+                  // trace decided on an int input (`if step < warmup`)
   kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
                   // name up on it finds something iff present (and, unless found is None, finds
                   // found itself). Fast path: the class's attribute
@@ -38,11 +40,11 @@ struct Guard {
   int slot;
   py::object expected;  // kType: the type; kId/kConstEq: the object; kDictContains: the key
   mutable int64_t n = 0;  // kLen: length; kDictContains: 1 if the key must be present;
-                         // kTypeVersion: the tag last seen
+                         // kTypeVersion: the tag last seen; kIntRelation: the bound
   int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
   int dim = -1;         // kSizeRelation: the dims compared and how (SizeRelation)
   int other_dim = -1;
-  uint8_t rel = 0;
+  uint8_t rel = 0;      // kSizeRelation, kIntRelation: the SizeRelation
 };
 
 // How two sizes compare in a kSizeRelation guard.
@@ -132,6 +134,8 @@ class GuardSet {
   void add_same(int slot, int other);
   // value(slot).size(dim) REL value(other).size(other_dim), kept on the later slot.
   void add_size_relation(int slot, int dim, SizeRelation rel, int other, int other_dim);
+  // value(slot) REL bound, value(slot) an int.
+  void add_int_relation(int slot, SizeRelation rel, int64_t bound);
   // kDistinct / kSame between two slots, kept on the later one (checked once both are read).
   void add_pair(GuardKind kind, int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no

@@ -259,6 +259,9 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
   // What compiling flags answer: True, unless the program raised on the path that took
   // (see CompilingFlagRetrace).
   bool compiling_answer = true;
+  // Whether ints read by source that vary may be graph inputs: until an instruction a region
+  // ends at had one among its operands (StaticSizesRetrace::ints_only).
+  bool varying_ints = true;
   // Returns false with the Python exception set for Ctrl-C while tracing (the user's, not ours).
   auto trace = [&]() {
     constexpr int kMaxAttempts = 64;
@@ -268,10 +271,12 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       traced->sizes().set_number_inputs(ctx.any_sizes);
       // dynamic=True keeps every number in the middle of the frame a run-time number.
       if (ctx.dynamic != 1) traced->sizes().set_pinned_numbers(&state.pinned_numbers[{ctx.id, pc}]);
-      // A float read by source that varies becomes a run-time number where floats may be graph
-      // inputs (backends that run any size), unless dynamic=False.
+      // A number read by source that varies becomes a run-time number where numbers may be
+      // graph inputs (backends that run any size), unless dynamic=False; an int only while
+      // sizes are symbolic (the trace again with constant sizes pins ints too).
       if (ctx.dynamic != 0 && ctx.any_sizes) {
-        traced->entry().set_varying_floats(&state.pinned_numbers[{ctx.id, pc}]);
+        traced->entry().set_varying_numbers(&state.pinned_numbers[{ctx.id, pc}],
+                                            symbolic_sizes && varying_ints);
       }
       traced->set_compiling_answer(compiling_answer);
       try {
@@ -284,8 +289,12 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
                    "tracing again with torch.compiler.is_compiling() False: the compile-only path "
                    "failed: " + retrace.reason);
         }
-      } catch (const StaticSizesRetrace&) {
-        symbolic_sizes = false;
+      } catch (const StaticSizesRetrace& retrace) {
+        if (retrace.ints_only) {
+          varying_ints = false;
+        } else {
+          symbolic_sizes = false;
+        }
       } catch (const InlineBreak& inner) {
         if (i + 1 >= kMaxAttempts || no_inline.count(inner.site)) {
           failure = "internal error: inlining does not settle";

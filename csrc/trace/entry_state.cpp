@@ -171,14 +171,17 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     tensor_slots_.emplace(node, slot);
     value = Value::tensor(node, meta, device, slot);
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
-  } else if ((entry_pc_ > 0 && (PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) && is_frame_state(slot)) ||
-             (PyFloat_CheckExact(obj) && floats_ != nullptr && float_varies(slot, obj))) {
-    // A number in the middle of a frame (a loop counter, the result of .item()), or a float read
-    // by source that changed between compiles of this place (a learning rate a scheduler sets):
-    // its type is guarded, its value only where the trace needs it (see specialize()).
+  } else if ((PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
+             (is_mid_frame_number(slot) ||
+              (numbers_ != nullptr && (varying_ints_ || PyFloat_CheckExact(obj)) && number_varies(slot, obj)))) {
+    // A number in the middle of a frame (a loop counter, the result of .item()), or a number read
+    // by source that changed between compiles of this place (a learning rate a scheduler sets, a
+    // step or position argument): its type is guarded, its value only where the trace needs it
+    // (see SizeTracker::specialize()).
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
     value->source = slot;
+    value->int_input = PyLong_CheckExact(obj) && !is_mid_frame_number(slot);
   } else if (is_constant_type(obj)) {
     if (obj == Py_None || obj == Py_Ellipsis) {
       guards_.add_id(slot, obj);
@@ -218,15 +221,15 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   return value;
 }
 
-bool EntryState::float_varies(int slot, PyObject* value) {
+bool EntryState::number_varies(int slot, PyObject* value) {
   const std::string& text = sources_.at(slot).text;
-  if (floats_->varying.count(text)) return true;
-  auto [first, inserted] = floats_->first.emplace(text, py::reinterpret_borrow<py::object>(value));
+  if (numbers_->varying.count(text)) return true;
+  auto [first, inserted] = numbers_->first.emplace(text, py::reinterpret_borrow<py::object>(value));
   if (inserted) return false;
   const int same = PyObject_RichCompareBool(first->second.ptr(), value, Py_EQ);
   if (same < 0) PyErr_Clear();
   if (same == 1) return false;
-  floats_->varying.insert(text);
+  numbers_->varying.insert(text);
   return true;
 }
 

@@ -66,9 +66,16 @@ class EntryState {
   bool is_frame_state(int slot) const;
   // The source slot of a tensor placeholder, -1 if `node` is none.
   int slot_of_placeholder(Node* node) const;
-  // Where floats read by source are specialised until they vary (PinnedNumbers); nullptr (the
-  // default): always specialised.
-  void set_varying_floats(PinnedNumbers* floats) { floats_ = floats; }
+  // Where numbers read by source are specialised until they vary (PinnedNumbers); nullptr
+  // (the default): always specialised. Floats that vary are run-time numbers; ints too where
+  // `ints` (graph inputs wherever a size may be one: Value::int_input).
+  void set_varying_numbers(PinnedNumbers* numbers, bool ints) {
+    numbers_ = numbers;
+    varying_ints_ = ints;
+  }
+  // Whether the number read from `slot` is one of the frame's own in a region that starts in
+  // the middle of it (a loop counter, a local held across a break), not one read at its start.
+  bool is_mid_frame_number(int slot) const { return entry_pc_ > 0 && is_frame_state(slot); }
 
   // Graph inputs in placeholder order: tensors by slot (added by load), scalar inputs as
   // expressions over slots (added by the size tracker).
@@ -87,6 +94,10 @@ class EntryState {
   // Looking `name` up on class `type` (read from `slot`) finds what it finds now (the method,
   // property or class value the trace bound): once per (slot, name).
   void guard_class_attribute_is(int slot, PyTypeObject* type, PyObject* name);
+  // The int read from `slot` stays `REL bound` (a comparison the trace decided on it).
+  void guard_int_relation(int slot, SizeRelation rel, int64_t bound) {
+    guards_.add_int_relation(slot, rel, bound);
+  }
   // The objects read from two sources are not the same object (the trace took them as two).
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
   // The objects read from two sources are one object.
@@ -125,9 +136,9 @@ class EntryState {
 
  private:
   ValuePtr wrap(int slot, py::handle real);
-  // Whether the float read at `slot` is a run-time number: its source's value changed between
-  // compiles of this place (floats_).
-  bool float_varies(int slot, PyObject* value);
+  // Whether the number read at `slot` is a run-time number: its source's value changed between
+  // compiles of this place (numbers_).
+  bool number_varies(int slot, PyObject* value);
 
   FrameState frame_;
   int entry_pc_;
@@ -144,7 +155,8 @@ class EntryState {
   std::vector<Rebuild> inputs_;
   std::set<std::pair<int, std::string>> class_attributes_guarded_;
   std::unordered_map<PyObject*, int> changed_;  // see note_changed: live object -> its slot
-  PinnedNumbers* floats_ = nullptr;
+  PinnedNumbers* numbers_ = nullptr;
+  bool varying_ints_ = false;
 };
 
 }  // namespace framejit

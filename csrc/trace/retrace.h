@@ -26,8 +26,11 @@ struct InlineBreak {
 
 // Thrown out of Tracer::run when a region with symbolic sizes ends at an instruction that had a
 // size expression among its operands: the caller retraces with sizes as constants (specialised),
-// so a symbolic size never makes a region shorter than a constant one would.
-struct StaticSizesRetrace {};
+// so a symbolic size never makes a region shorter than a constant one would. `ints_only`: the
+// operands held int inputs (Value::int_input) but no tensor size: only those are pinned.
+struct StaticSizesRetrace {
+  bool ints_only = false;
+};
 
 // Thrown out of Tracer::run when the traced program raised (Unsupported::program_raised) after
 // the trace had answered a compiling flag (`is_torchdynamo_compiling()`, ...) True: the

@@ -130,7 +130,9 @@ Node* SizeTracker::size_node(const ValuePtr& value) {
   if (found != size_nodes_.end()) return found->second.second;
   PyRefs& refs = PyRefs::get();
   Node* node = nullptr;
-  if (value->size_of) {
+  if (value->int_input) {
+    node = scalar_input(value)->node;
+  } else if (value->size_of) {
     NodeSpec spec;
     spec.kind = NodeKind::kCallMethod;
     spec.target = py::str("size");
@@ -406,8 +408,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   // then cancels only against itself).
   struct Term {
     int64_t factor = 0;
-    int slot = -1;  // the input slot of a placeholder's size, -1 for any other size
+    int slot = -1;  // the input slot of a placeholder's size or an int input, -1 for any other size
     int dim = -1;
+    bool int_input = false;  // an int input's value (Value::int_input), not a size
   };
   std::map<std::pair<const void*, int>, Term> terms;
   std::set<std::pair<Node*, int>> not_one;  // conditions of the exact sizes used (LinearSize)
@@ -442,6 +445,13 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       offset += scale * exact->offset;
       return true;
     }
+    if (v->int_input) {
+      Term& term = terms[{v.get(), -1}];
+      term.factor += scale;
+      term.slot = v->source;
+      term.int_input = true;
+      return true;
+    }
     if (!v->fn) return false;
     const std::string op = py::str(v->fn.attr("__name__")).cast<std::string>();
     if ((op == "add" || op == "sub") && v->items.size() == 2) {
@@ -474,7 +484,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     for (auto& [key, term] : terms) {
       if (term.factor == 0) continue;
       Node* node = static_cast<Node*>(const_cast<void*>(key.first));  // a node where slot >= 0
-      if (term.slot >= 0 && is_module_state(node)) {
+      if (term.slot >= 0 && !term.int_input && is_module_state(node)) {
         state.emplace_back(node, &term);
       } else {
         others = true;
@@ -488,10 +498,29 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     if (!pinned.dims.empty()) note_size_deps(pinned, "a module's parameter or buffer size in a sum or product of sizes");
     std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
     bool inputs = true;
+    int int_inputs = 0;
     for (const auto& [key, term] : terms) {
       if (term.factor == 0) continue;
       left.emplace_back(std::make_pair(term.slot, term.dim), term.factor);
       inputs = inputs && term.slot >= 0;
+      int_inputs += term.int_input ? 1 : 0;
+    }
+    if (int_inputs > 0) {
+      // An int input against a constant (`step < warmup`, `n - 1 > 0`): guarded as that range
+      // of it; anything else with one in it (against a size, against another int) pins it.
+      if (left.size() == 1 && (left[0].second == 1 || left[0].second == -1) && not_one.empty()) {
+        const SizeRelation r = left[0].second == 1 ? rel : flipped(rel);
+        const int64_t c = left[0].second == 1 ? -offset : offset;
+        const int slot = left[0].first.first;
+        if (r == SizeRelation::kEq) return specialize(value);
+        if (int_ranges_.insert({slot, static_cast<int>(r), c}).second) {
+          entry_.guard_int_relation(slot, r, c);
+          dim_reads_.push_back(fmt::format("{} {} {}: a comparison at {}", entry_.sources().at(slot).text,
+                                           relation_text(r), c, recorder_.site().here()));
+        }
+        return Value::constant(value->obj);
+      }
+      return specialize(value);
     }
     // The exact sizes used hold while these input sizes are not 1: guarded wherever the answer
     // below relies on them; one that cannot be guarded leaves the comparison to the end.

@@ -8,6 +8,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -120,6 +121,7 @@ class SizeTracker {
   bool symbolic_ = false;
   bool number_inputs_ = true;
   PinnedNumbers* pinned_numbers_ = nullptr;
+  std::set<std::tuple<int, int, int64_t>> int_ranges_;  // (slot, relation, bound) guarded
   std::set<int> pinned_sources_;  // entry numbers specialize() guarded, by source slot
   std::string size_read_;  // the first read that pinned every size, "" if none
   std::vector<std::string> dim_reads_;

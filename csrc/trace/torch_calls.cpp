@@ -48,6 +48,31 @@ bool computes_known(const std::string& target_text) {
                                     "ge", "le", "eq", "ne"});
 }
 
+// Ops whose results have a rank and a count that no int argument's value changes (a size, a
+// dim, an offset, a fill value): an int input (Value::int_input) stays a graph value in their
+// arguments. Any other op takes it pinned: flatten(start_dim) and squeeze(dim) change the rank
+// with its value, and the trace reads the rank of a result as a constant.
+bool rank_independent_of_ints(const std::string& target_text) {
+  return base_name_in(target_text, {
+      "zeros", "ones", "full", "empty", "rand", "randn", "randint", "arange", "tensor", "eye",
+      "linspace", "logspace", "new_zeros", "new_ones", "new_full", "new_empty", "full_like",
+      "view", "reshape", "expand", "repeat", "narrow", "roll", "topk", "kthvalue", "select",
+      "unsqueeze", "transpose", "swapaxes", "swapdims", "movedim", "permute", "softmax",
+      "log_softmax", "cumsum", "cumprod", "sum", "mean", "amax", "amin", "argmax", "argmin",
+      "tril", "triu", "diagonal", "index_select", "gather", "flip", "pad", "interpolate",
+      "fill_", "masked_fill", "masked_fill_", "clamp", "clamp_min", "clamp_max", "add", "sub",
+      "mul", "div", "pow", "remainder", "fmod", "where", "cat", "stack", "hstack", "vstack",
+      "getitem", "setitem"});
+}
+
+bool holds_int_input(const ValuePtr& v) {
+  if (v->kind == VKind::kSymNum && !v->fn) return v->int_input;
+  for (const auto& item : v->items) {
+    if (holds_int_input(item)) return true;
+  }
+  return false;
+}
+
 // Whether the trace knows this tensor's value now (Value::known, and no in-place op since).
 bool known_now(const Value& v) {
   return v.kind == VKind::kTensor && v.known && v.known_version >= 0 &&
@@ -385,8 +410,10 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   // graph as it is); an int is pinned, since ints passed to torch are often sizes or dims that
   // decide the output's shape, except an operator's operand seen to vary.
   SizeTracker& numbers = sizes();
+  const bool int_inputs = !infix.empty() || rank_independent_of_ints(target_text);
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
+      if (!int_inputs && holds_int_input(v)) return numbers.specialize(v);
       // A bool decides the result's structure (keepdim=n > 2): it needs its value.
       if (v->is_size_expr() && !PyBool_Check(v->obj.ptr())) {  // a graph value: x.size(0), ...
         ValuePtr lowered = std::make_shared<Value>(*v);

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "bytecode/version.h"
 #include "common/check.h"
 #include "common/fault.h"
@@ -165,7 +167,11 @@ void Tracer::run() {
         throw CompilingFlagRetrace{fmt::format("{} in {} ({}:{})", e.what(), str_text(fr->code->co_qualname),
                                                str_text(fr->code->co_filename), ins.line)};
       }
-      if (sizes_.symbolic() && stack_holds_size_expr()) throw StaticSizesRetrace{};
+      if (sizes_.symbolic()) {
+        if (const SizeExprKind held = stack_size_exprs(); held != SizeExprKind::kNone) {
+          throw StaticSizesRetrace{held == SizeExprKind::kIntInputs};
+        }
+      }
       if (depth > 1) {
         // Inside an inlined callee: the region must end at the outermost-but-one call instead,
         // so retrace with this callee's call site not inlined.
@@ -622,13 +628,31 @@ void Tracer::raise_missing_attribute(const ValuePtr& base, const std::string& na
   FJ_UNSUPPORTED(kUnsupportedValue, "{} has no attribute '{}' (AttributeError)", base->describe(), name);
 }
 
-bool Tracer::stack_holds_size_expr() const {
+namespace {
+
+// kSizes if a tensor size occurs in a size expression of `value`, else kIntInputs if an int
+// input does, else kNone.
+Tracer::SizeExprKind size_exprs_in(const ValuePtr& value) {
+  if (!value->holds_size_expr()) return Tracer::SizeExprKind::kNone;
+  if (value->kind == VKind::kSymNum && !value->fn) {
+    return value->size_of ? Tracer::SizeExprKind::kSizes : Tracer::SizeExprKind::kIntInputs;
+  }
+  Tracer::SizeExprKind most = Tracer::SizeExprKind::kNone;
+  for (const auto& item : value->items) most = std::max(most, size_exprs_in(item));
+  // (sizes since pinned to constants in arithmetic count as sizes, as they always did)
+  return most == Tracer::SizeExprKind::kNone ? Tracer::SizeExprKind::kSizes : most;
+}
+
+}  // namespace
+
+Tracer::SizeExprKind Tracer::stack_size_exprs() const {
+  SizeExprKind most = SizeExprKind::kNone;
   for (const auto& frame : frames_) {
     for (const auto& value : frame->stack) {
-      if (value && value->holds_size_expr()) return true;
+      if (value) most = std::max(most, size_exprs_in(value));
     }
   }
-  return false;
+  return most;
 }
 
 }  // namespace framejit

@@ -129,6 +129,9 @@ class Tracer {
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
 
+  // What size expressions the trace's stacks hold (StaticSizesRetrace), in increasing order.
+  enum class SizeExprKind : uint8_t { kNone, kIntInputs, kSizes };
+
   // Traces from the entry to the first exit and fills exit(). Instructions the tracer cannot
   // handle end the region there (see ExitKind). Throws InlineBreak when an inlined callee
   // cannot be traced, StaticSizesRetrace, CompilingFlagRetrace, InternalError on framejit bugs.
@@ -531,7 +534,7 @@ class Tracer {
   void end_at(const Instr& ins, const Unsupported& why);
   void build_exit_state(ExitKind kind);
   void add_number_checks(RegionExit& exit);
-  bool stack_holds_size_expr() const;
+  SizeExprKind stack_size_exprs() const;
   std::vector<ValuePtr> bind_arguments(PyCodeObject* code, py::handle function,
                                        const ValuePtr& fn, std::vector<ValuePtr> args,
                                        KwValues kwargs);

@@ -132,7 +132,7 @@ ValuePtr Value::map_items(const ValuePtr& value,
 
 bool Value::is_size_expr() const {
   if (kind != VKind::kSymNum) return false;
-  if (size_of) return true;
+  if (size_of || int_input) return true;
   if (!fn) return false;  // an entry number
   for (const auto& item : items) {
     if (item->kind == VKind::kSymNum && !item->is_size_expr()) return false;

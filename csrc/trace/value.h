@@ -183,6 +183,9 @@ struct Value {
                                  // items, a kDict of the trace
   ValuePtr size_of;              // kSymNum leaf: size `size_dim` of this tensor value
   int size_dim = -1;
+  bool int_input = false;        // kSymNum leaf: an int read by source at the frame's start
+                                 // that varies between calls (a position or step argument):
+                                 // a graph input wherever a size may be one
   std::shared_ptr<TraceFrame> gen_frame;  // kIter kGenerator
 
   static ValuePtr constant(py::object value, int source = -1);
@@ -227,7 +230,8 @@ struct Value {
   bool is_ordered_dict() const;
   // A kObject that is not a plain object (a trace-only object or a bound method's piece).
   bool is_special_object() const { return kind == VKind::kObject && role != ObjRole::kPlain; }
-  // A number computed from tensor sizes and constants only (no run-time entry numbers).
+  // A number computed from tensor sizes, int inputs and constants only (no other run-time
+  // entry numbers).
   bool is_size_expr() const;
   // Whether a size expression occurs anywhere in this value (containers searched).
   bool holds_size_expr() const;

@@ -1129,6 +1129,16 @@ def ex_varying_float(x):
     return x * _SCHEDULED.param_groups[0]["lr"]
 
 
+_POSITION = {"start_pos": 3}
+
+
+@example("freqs[start_pos : start_pos + seqlen]")
+def ex_varying_int(x):
+    # (a position changing between calls, one more compile then none: test_int_inputs.py)
+    start_pos = _POSITION["start_pos"]
+    return x[start_pos: start_pos + 2] * 2
+
+
 def _double(self, t):
     return t * 2
 
