@@ -871,6 +871,9 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
         if (i < 0 || i >= n) FJ_UNSUPPORTED(kUnsupportedValue, "index {} out of range", i);
         return base->items[i];
       }
+      if (PySlice_Check(k.ptr()) && base->is_deque()) {
+        FJ_PROGRAM_RAISED(kUnsupportedValue, "a slice of a deque (TypeError)");
+      }
       if (PySlice_Check(k.ptr())) {
         Py_ssize_t start, stop, step, length;
         if (PySlice_GetIndicesEx(k.ptr(), n, &start, &stop, &step, &length) < 0) {

@@ -203,7 +203,7 @@ py::object type_of(const ValuePtr& value) {
       if (value->pytype) return value->pytype;  // a generator's
       FJ_UNSUPPORTED(kUnsupportedValue, "type of an iterator is not traced yet");
     case VKind::kList:
-      return borrow(&PyList_Type);
+      return value->is_deque() ? value->pytype : borrow(&PyList_Type);
     case VKind::kDict:
       return value->pytype ? value->pytype : borrow(&PyDict_Type);
     case VKind::kNull:
@@ -763,7 +763,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     }
     if (ValuePtr out = container_method(name, args, kwargs)) return out;
     if (ValuePtr out = set_method(self, name, args, kwargs)) return out;
-    if (self->kind == VKind::kList && kwargs.empty() && (name == "append" || name == "extend")) {
+    if (self->kind == VKind::kList && !self->is_deque() && kwargs.empty() && (name == "append" || name == "extend")) {
       make_writable(self);
       if (name == "append" && args.size() == 2) {
         self->items.push_back(args[1]);
@@ -1257,6 +1257,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
     out->factory = factory;
     return out;
   }
+  if (callable.ptr() == refs.deque_type.ptr()) return deque_call(args, kwargs);
   if (kind == CallableKind::kBuiltin) {
     // collections.namedtuple(...) of constants: the class made now (torch.compile makes it
     // at trace time too). Its __module__ is the calling code's, which namedtuple would read

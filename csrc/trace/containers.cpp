@@ -2,7 +2,10 @@
 // sourced dict's keys are guarded in order), index/count on constant items, and mutations: of
 // containers the trace made (rebuilt at the region's exit), and of lists and dicts that existed
 // before it (make_writable: their contents are written back at the exit).
+#include <algorithm>
+
 #include "trace/pyrefs.h"
+#include "trace/python_rules.h"
 #include "trace/tracer.h"
 
 namespace framejit {
@@ -209,6 +212,7 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   if (args.empty()) return nullptr;
   const ValuePtr& self = args[0];
   const size_t n = args.size() - 1;
+  if (self->is_deque()) return kwargs.empty() ? deque_method(name, args) : nullptr;
   if (self->kind == VKind::kDict && self->dict_of && name == "pop" && kwargs.empty() &&
       (n == 1 || n == 2) && args[1]->is_const() && PyUnicode_CheckExact(args[1]->obj.ptr())) {
     // obj.__dict__.pop(name[, default]) of an object the trace made (transformers' per-layer
@@ -400,6 +404,144 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
       out->factory = self->factory;
       return out;
     }
+  }
+  return nullptr;
+}
+
+namespace {
+
+// The items of a deque's iterable argument (consumed where it is an iterator of the trace);
+// unsupported where the trace does not know them one by one.
+std::vector<ValuePtr> deque_items(const ValuePtr& iterable, const char* what) {
+  std::vector<ValuePtr> items;
+  if (!iterable_items(iterable, items)) {
+    FJ_UNSUPPORTED(kUnsupportedValue, "{} of {}", what, iterable->describe());
+  }
+  if (iterable->kind == VKind::kIter) iterable->exhaust();
+  return items;
+}
+
+// Drops items from the front (appends at the right) or the back (at the left) past maxlen.
+void trim_deque(Value& deque, bool from_front) {
+  if (deque.maxlen < 0) return;
+  auto& items = deque.items;
+  while (static_cast<Py_ssize_t>(items.size()) > deque.maxlen) {
+    if (from_front) {
+      items.erase(items.begin());
+    } else {
+      items.pop_back();
+    }
+  }
+}
+
+}  // namespace
+
+ValuePtr Tracer::deque_call(const std::vector<ValuePtr>& args, const KwValues& kwargs) {
+  ValuePtr iterable = args.empty() ? nullptr : args[0];
+  ValuePtr maxlen = args.size() >= 2 ? args[1] : nullptr;
+  for (const auto& [key, value] : kwargs) {
+    if (key == "iterable" && !iterable) {
+      iterable = value;
+    } else if (key == "maxlen" && !maxlen) {
+      maxlen = value;
+    } else {
+      FJ_UNSUPPORTED(kUnsupportedCall, "deque() with the keyword {}", key);
+    }
+  }
+  if (args.size() > 2) FJ_UNSUPPORTED(kUnsupportedCall, "deque() of {} arguments", args.size());
+  ValuePtr out = Value::list({});
+  out->pytype = PyRefs::get().deque_type;
+  if (maxlen) {
+    const ValuePtr bound = sizes_.concretize(maxlen);
+    if (bound->is_const() && PyLong_CheckExact(bound->obj.ptr())) {
+      out->maxlen = bound->obj.cast<Py_ssize_t>();
+      if (out->maxlen < 0) FJ_PROGRAM_RAISED(kUnsupportedCall, "deque() with a negative maxlen (ValueError)");
+    } else if (!(bound->is_const() && bound->obj.is_none())) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "deque() with maxlen {}", bound->describe());
+    }
+  }
+  if (iterable) out->items = deque_items(iterable, "deque()");
+  trim_deque(*out, true);
+  return out;
+}
+
+ValuePtr Tracer::deque_method(const std::string& name, const std::vector<ValuePtr>& args) {
+  const ValuePtr& self = args[0];
+  auto& items = self->items;
+  const size_t n = args.size() - 1;
+  const ValuePtr none = Value::constant(py::none());
+  if (name == "append" && n == 1) {
+    items.push_back(args[1]);
+    trim_deque(*self, true);
+    return none;
+  }
+  if (name == "appendleft" && n == 1) {
+    items.insert(items.begin(), args[1]);
+    trim_deque(*self, false);
+    return none;
+  }
+  if ((name == "pop" || name == "popleft") && n == 0) {
+    if (items.empty()) FJ_PROGRAM_RAISED(kUnsupportedValue, "{}() from an empty deque (IndexError)", name);
+    ValuePtr out = name == "pop" ? items.back() : items.front();
+    items.erase(name == "pop" ? items.end() - 1 : items.begin());
+    return out;
+  }
+  if (name == "extend" && n == 1) {
+    for (auto& item : deque_items(args[1], "deque.extend()")) items.push_back(std::move(item));
+    trim_deque(*self, true);
+    return none;
+  }
+  if (name == "extendleft" && n == 1) {
+    for (auto& item : deque_items(args[1], "deque.extendleft()")) items.insert(items.begin(), std::move(item));
+    trim_deque(*self, false);
+    return none;
+  }
+  if (name == "rotate" && n <= 1) {
+    const ValuePtr steps_in = n == 1 ? sizes_.concretize(args[1]) : Value::constant(py::int_(1));
+    if (!steps_in->is_const() || !PyLong_CheckExact(steps_in->obj.ptr())) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "deque.rotate() by {}", steps_in->describe());
+    }
+    if (!items.empty()) {
+      const auto size = static_cast<Py_ssize_t>(items.size());
+      const Py_ssize_t steps = ((steps_in->obj.cast<Py_ssize_t>() % size) + size) % size;
+      std::rotate(items.begin(), items.end() - steps, items.end());  // to the right
+    }
+    return none;
+  }
+  if (name == "insert" && n == 2) {
+    if (self->maxlen >= 0 && static_cast<Py_ssize_t>(items.size()) >= self->maxlen) {
+      FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.insert() into a full deque (IndexError)");
+    }
+    items.insert(items.begin() + normalised_index(args[1], static_cast<Py_ssize_t>(items.size()), true),
+                 args[2]);
+    return none;
+  }
+  if (name == "remove" && n == 1) {
+    const int64_t found = find_item(*self, args[1], "deque.remove()");
+    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.remove() of a value the deque does not hold");
+    items.erase(items.begin() + found);
+    return none;
+  }
+  if ((name == "index" || name == "count") && n == 1) {
+    int64_t count = 0;
+    const int64_t found = find_item(*self, args[1], "deque." + name + "()", name == "count" ? &count : nullptr);
+    if (name == "count") return Value::constant(py::int_(count));
+    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.index() of a value the deque does not hold");
+    return Value::constant(py::int_(found));
+  }
+  if (name == "reverse" && n == 0) {
+    std::reverse(items.begin(), items.end());
+    return none;
+  }
+  if (name == "clear" && n == 0) {
+    items.clear();
+    return none;
+  }
+  if ((name == "copy" || name == "__copy__") && n == 0) {
+    ValuePtr out = Value::list(items);
+    out->pytype = self->pytype;
+    out->maxlen = self->maxlen;
+    return out;
   }
   return nullptr;
 }

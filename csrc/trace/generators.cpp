@@ -93,6 +93,10 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
 }
 
 void Tracer::end_generator(bool returned, ValuePtr result) {
+  if (returned && frames_.back()->gen_mode == TraceFrame::GenMode::kNext && !frames_.back()->next_default) {
+    // Before anything changes: the instruction loop ends the region with the frames as they are.
+    FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");
+  }
   std::shared_ptr<TraceFrame> gen = frames_.back();
   frames_.pop_back();
   FJ_CHECK(gen->owner != nullptr, "a generator frame without its iterator");
@@ -121,10 +125,7 @@ void Tracer::end_generator(bool returned, ValuePtr result) {
     return;
   }
   if (returned && gen->gen_mode == TraceFrame::GenMode::kNext) {
-    if (!gen->next_default) {
-      FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");
-    }
-    push(gen->next_default);
+    push(gen->next_default);  // (without a default: unsupported above)
     return;
   }
   if (returned) {  // the FOR_ITER's loop ends: the iterator popped, on at the loop's exit

@@ -265,6 +265,10 @@ ValuePtr compare_sequences(Tracer& t, const OperatorInfo& op, const std::vector<
 }
 
 ValuePtr apply(Tracer& t, const OperatorInfo& op, std::vector<ValuePtr> args) {
+  for (const auto& a : args) {
+    // (a deque's own +, *, == and < are not the list's: left to Python)
+    if (a->is_deque()) FJ_UNSUPPORTED(kUnsupportedValue, "operator.{} on a deque", op.fn);
+  }
   bool tensor = false;
   for (const auto& a : args) tensor = tensor || a->is_tensor();
   if (tensor) {

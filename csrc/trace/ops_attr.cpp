@@ -25,8 +25,9 @@ py::object method_owner(Tracer& t, const ValuePtr& self, const std::string& name
     case VKind::kTensor:
       if (self->ndarray) return ndarray_type();
       return self->pytype ? self->pytype : PyRefs::get().tensor_type;
-    case VKind::kList:
-      return py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
+    case VKind::kList:  // (a deque's class: its own methods)
+      return self->is_deque() ? self->pytype
+                              : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyList_Type));
     case VKind::kDict:  // (a defaultdict's or OrderedDict's class: its own methods)
       return self->pytype ? self->pytype
                           : py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyDict_Type));

@@ -53,6 +53,7 @@ void PyRefs::init(py::object support_module) {
   r.autograd_function = r.torch.attr("autograd").attr("Function");
   r.defaultdict_type = py::module_::import("collections").attr("defaultdict");
   r.ordered_dict_type = py::module_::import("collections").attr("OrderedDict");
+  r.deque_type = py::module_::import("collections").attr("deque");
   r.enum_type = py::module_::import("enum").attr("Enum");
   r.enum_meta = py::module_::import("enum").attr("EnumMeta");
   r.function_apply = r.autograd_function.attr("apply").attr("__func__");

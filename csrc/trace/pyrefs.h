@@ -34,6 +34,7 @@ struct PyRefs {
   py::object autograd_function;  // torch.autograd.Function
   py::object defaultdict_type;   // collections.defaultdict
   py::object ordered_dict_type;  // collections.OrderedDict
+  py::object deque_type;         // collections.deque
   py::object enum_type;          // enum.Enum: its members are singletons, fixed with their class
   py::object enum_meta;          // enum.EnumMeta (EnumType), the metaclass of Enum classes
   py::object function_apply;     // torch.autograd.Function.apply's function (a classmethod's)

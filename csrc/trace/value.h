@@ -132,7 +132,9 @@ struct Value {
   py::object pytype;             // kTuple: the exact tuple type; kTensor from a source: its type;
                                  // kDict made by collections.defaultdict: defaultdict, made by
                                  // collections.OrderedDict: OrderedDict; kIter: types.GeneratorType
-                                 // for a generator's (a generator function's, a module listing's)
+                                 // for a generator's (a generator function's, a module listing's);
+                                 // kList made by collections.deque: deque (is_deque)
+  Py_ssize_t maxlen = -1;        // kList made by collections.deque: its maxlen, -1 for none
   ValuePtr factory;              // kDict made by collections.defaultdict: its default_factory
                                  // (a constant, or any callable value of the trace)
   ObjRole role = ObjRole::kPlain;  // kObject: what it stands for (see ObjRole)
@@ -228,6 +230,8 @@ struct Value {
   bool is(ObjRole r) const { return kind == VKind::kObject && role == r; }
   // A dict of the trace made as a collections.OrderedDict (its views, its rebuild, popitem).
   bool is_ordered_dict() const;
+  // A list of the trace made as a collections.deque (its methods, its rebuild as a deque).
+  bool is_deque() const { return kind == VKind::kList && static_cast<bool>(pytype); }
   // A kObject that is not a plain object (a trace-only object or a bound method's piece).
   bool is_special_object() const { return kind == VKind::kObject && role != ObjRole::kPlain; }
   // A number computed from tensor sizes, int inputs and constants only (no other run-time

@@ -1129,6 +1129,15 @@ def ex_varying_float(x):
     return x * _SCHEDULED.param_groups[0]["lr"]
 
 
+@example("dq = collections.deque(maxlen=2); dq.append(x)")
+def ex_deque(x):
+    dq = collections.deque(maxlen=2)
+    for i in range(3):
+        dq.append(x * i)
+    dq.appendleft(x)
+    return sum(dq), list(dq), type(dq) is collections.deque
+
+
 _POSITION = {"start_pos": 3}
 
 

@@ -566,3 +566,63 @@ def test_len_of_an_iterator_raises_type_error_as_python_does():
     x = torch.zeros(2)
     assert same(framejit.compile(len_of_an_iterator, backend=counter)(x), len_of_an_iterator(x))
     assert len_of_an_iterator(x).tolist() == [-11.0, -11.0] and counter.frame_count == 1
+
+
+def one_item(k):
+    yield k * 2
+
+
+def next_past_the_end(x):
+    g = one_item(3)
+    k = next(g)
+    try:
+        next(g)
+    except StopIteration:
+        k = k + 1
+    return x * k
+
+
+class GeneratorManager:
+    """contextlib's _GeneratorContextManager, as a user's class: __exit__ steps the generator past
+    its end and catches StopIteration."""
+
+    def __init__(self, gen):
+        self.gen = gen
+
+    def __enter__(self):
+        return next(self.gen)
+
+    def __exit__(self, typ, value, traceback):
+        try:
+            next(self.gen)
+        except StopIteration:
+            return False
+        raise RuntimeError("generator didn't stop")
+
+
+def scaled(k, events):
+    events.append("enter")
+    yield k * 2
+    events.append("exit")
+
+
+def with_generator_manager(x, events):
+    with GeneratorManager(scaled(3, events)) as k:
+        y = x * k
+    return y
+
+
+def test_next_of_a_generator_that_returns_is_pythons_stop_iteration():
+    # (the region ends where the generator returns with no default: the call is Python's, and
+    # the frame's own handler catches StopIteration. It corrupted the heap before.)
+    x = torch.ones(2)
+    compiled = framejit.compile(next_past_the_end, backend=CompileCounter())
+    for _ in range(2):
+        assert same(compiled(x), next_past_the_end(x))
+    counter = CompileCounter()
+    compiled = framejit.compile(with_generator_manager, backend=counter)
+    for _ in range(3):
+        events, eager_events = [], []
+        assert same(compiled(x, events), with_generator_manager(x, eager_events))
+        assert events == eager_events == ["enter", "exit"]
+    assert counter.frame_count >= 1
