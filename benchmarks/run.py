@@ -57,12 +57,18 @@ What is measured
      machine and cache directory, so a user pays it on the first compile ever); its time is
      shown apart and is not in the totals. A third column compiles framejit with dynamic=True:
      one symbolic compile from the first call, the fewest compiles possible.
+  6b. A decoding loop driven by an int position: one attention layer with a KV cache written
+     and read at `start_pos` (Meta's reference Llama's forward(tokens, start_pos)), a prompt of
+     8 tokens then 48 one-token steps (16 with --quick), in this process under torch.no_grad():
+     total wall time including compiles, graphs compiled and whether every output matches eager,
+     for eager, framejit backend "eager" and "native", torch.compile backend "eager".
   7. Distributed: DDP on 2 ranks (processes, gloo, one thread each), an MLP of 8
      Linear(512, 512) blocks with 2 MB buckets, batch 64, AdamW: steps/s over 20 steps after 3,
      eager DDP vs framejit (backend eager; backend aot_eager with the bucket split on and off)
      vs torch.compile (aot_eager, DDPOptimizer on and off).
 """
 import argparse
+import copy
 import ctypes
 import dataclasses
 import datetime
@@ -115,7 +121,8 @@ GOALS = {
     "hf_cached_vs_dynamo": 1.0,     # framejit cached call / torch.compile cached call, at most
     "dynamic_total_vs_dynamo": 0.5,  # framejit / torch.compile wall time, 16 calls, 8 sizes
 }
-SECTIONS = ("trace", "calls", "memory", "backends", "transformers", "dynamic", "distributed")
+SECTIONS = ("trace", "calls", "memory", "backends", "transformers", "dynamic", "positions",
+            "distributed")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1089,6 +1096,82 @@ def dynamic_table(results):
                           ["ISA probe s (not in the totals)"], rows)
 
 
+class PositionDecoder(torch.nn.Module):
+    """One attention layer with a KV cache written and read at an int position, as Meta's
+    reference Llama's forward(tokens, start_pos) does."""
+
+    def __init__(self, dim=64, max_len=64):
+        super().__init__()
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.out = torch.nn.Linear(dim, dim)
+        self.register_buffer("freqs", torch.randn(max_len, dim))
+        self.register_buffer("cache_k", torch.zeros(1, max_len, dim))
+        self.register_buffer("cache_v", torch.zeros(1, max_len, dim))
+
+    def forward(self, x, start_pos: int):
+        seqlen = x.shape[1]
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        rot = self.freqs[start_pos: start_pos + seqlen]
+        q, k = q * rot, k * rot
+        self.cache_k[:, start_pos: start_pos + seqlen] = k
+        self.cache_v[:, start_pos: start_pos + seqlen] = v
+        keys = self.cache_k[:, : start_pos + seqlen]
+        values = self.cache_v[:, : start_pos + seqlen]
+        scores = q @ keys.transpose(1, 2) / 8.0
+        if seqlen > 1:
+            mask = torch.triu(torch.full((seqlen, seqlen), float("-inf")), diagonal=1)
+            scores = scores + torch.hstack([torch.zeros((seqlen, start_pos)), mask])
+        return self.out(scores.softmax(-1) @ values)
+
+
+POSITION_RUNS = [("eager", None, None), ("framejit eager", "framejit", "eager"),
+                 ("framejit native", "framejit", "native"), ("torch.compile eager", "dynamo", "eager")]
+
+
+def decode_positions(model, prompt, steps):
+    """A prompt at position 0, then `steps` one-token steps at positions len(prompt), ...:
+    the outputs, in order."""
+    outs = [model(prompt, 0)]
+    for pos in range(prompt.shape[1], prompt.shape[1] + steps):
+        outs.append(model(outs[-1][:, -1:], pos))
+    return outs
+
+
+def run_positions_section(args):
+    import torch._dynamo.testing
+    from framejit.testing import same
+    steps = 16 if args.quick else 48
+    torch.manual_seed(0)
+    reference_model = PositionDecoder().eval()
+    prompt = torch.randn(1, 8, 64)
+    results = []
+    with torch.no_grad():
+        expected = decode_positions(copy.deepcopy(reference_model), prompt, steps)
+        for label, compiler, backend in POSITION_RUNS:
+            reset_compilers()
+            model = copy.deepcopy(reference_model)
+            # (framejit's counter keeps its backend's shape-generic mark; Dynamo's eager backend)
+            counter = (framejit.testing.CompileCounter(backend) if compiler == "framejit"
+                       else torch._dynamo.testing.CompileCounter())
+            target = model if compiler is None else compile_with(compiler, model, counter)
+            start = time.perf_counter()
+            outs = decode_positions(target, prompt, steps)
+            total = time.perf_counter() - start
+            results.append({"case": label, "steps": steps + 1, "total_ms": total * 1e3,
+                            "graphs": None if compiler is None else counter.frame_count,
+                            "correct": all(same(o, e, rtol=1e-4, atol=1e-5) for o, e in zip(outs, expected))})
+    return results
+
+
+def positions_table(results):
+    eager = next((r["total_ms"] for r in results if r["case"] == "eager"), None)
+    rows = [[r["case"], str(r["steps"]), fmt(r["total_ms"]), fmt(ratio(r["total_ms"], eager)),
+             "—" if r["graphs"] is None else str(r["graphs"]), "yes" if r["correct"] else "**NO**"]
+            for r in results]
+    return markdown_table(["run", "calls", "total ms (compiles included)", "vs eager", "graphs",
+                           "matches eager"], rows)
+
+
 DISTRIBUTED_RUNS = [  # (row label, worker scenario)
     ("eager DDP", "eager"),
     ("framejit, backend eager", "framejit_eager"),
@@ -1222,6 +1305,7 @@ SECTION_TITLES = {
     "backends": "4. End-to-end forward time per backend",
     "transformers": "5. transformers models: first call and cached call",
     "dynamic": "6. Dynamic shapes through inductor: 16 calls, 8 batch sizes",
+    "positions": "6b. A decoding loop driven by an int position (Meta Llama's start_pos)",
     "distributed": "7. DDP on 2 ranks (gloo, CPU): training steps per second",
 }
 
@@ -1238,6 +1322,8 @@ def section_text(name, data, args):
         return transformers_table(data)
     if name == "dynamic":
         return dynamic_table(data)
+    if name == "positions":
+        return positions_table(data)
     if name == "distributed":
         return distributed_table(data)
     return backend_header(data) + "\n" + backend_table(data)
@@ -1392,6 +1478,7 @@ def main():
                      lambda data: backend_header(data) + "\n" + backend_table(data)),
         "transformers": (run_transformers_section, transformers_table),
         "dynamic": (run_dynamic_section, dynamic_table),
+        "positions": (run_positions_section, positions_table),
         "distributed": (run_distributed_section, distributed_table),
     }
     results, runs = {}, {}
