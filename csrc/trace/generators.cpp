@@ -93,9 +93,18 @@ void Tracer::generator_yield(ValuePtr value, const Instr& i) {
 }
 
 void Tracer::end_generator(bool returned, ValuePtr result) {
+  // next(gen) with no default, where the generator returns: StopIteration at the consumer's
+  // call. Traced where the consumer's call is inside a try block (`except StopIteration`, as
+  // contextlib's generator managers step a generator past its end); otherwise the region ends
+  // (before anything changes: the instruction loop ends it with the frames as they are).
+  const Instr* stopped_at = nullptr;
   if (returned && frames_.back()->gen_mode == TraceFrame::GenMode::kNext && !frames_.back()->next_default) {
-    // Before anything changes: the instruction loop ends the region with the frames as they are.
-    FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");
+    FJ_CHECK(frames_.size() >= 2, "a generator frame without its consumer");
+    const TraceFrame& consumer = *frames_[frames_.size() - 2];
+    stopped_at = &consumer.bytecode->at(frames_.back()->call_site);
+    if (stopped_at->handler < 0) {
+      FJ_UNSUPPORTED(kUnsupportedValue, "next() of a generator that returns (StopIteration)");
+    }
   }
   std::shared_ptr<TraceFrame> gen = frames_.back();
   frames_.pop_back();
@@ -124,8 +133,18 @@ void Tracer::end_generator(bool returned, ValuePtr result) {
     consumer.pc = gen->exhausted_pc;
     return;
   }
+  if (stopped_at != nullptr) {
+    // The loop's instruction was the generator's return: its frame stays alive while the
+    // StopIteration is raised at the consumer's call, as if that instruction raised it.
+    retired_frames_.push_back(std::move(gen));
+    site_.code = frame().code;
+    site_.instr = stopped_at;
+    site_.inlined = frames_.size() > 1;
+    raise_exception(simple_exception(py::handle(PyExc_StopIteration), py::tuple(), py::dict()));
+    return;
+  }
   if (returned && gen->gen_mode == TraceFrame::GenMode::kNext) {
-    push(gen->next_default);  // (without a default: unsupported above)
+    push(gen->next_default);
     return;
   }
   if (returned) {  // the FOR_ITER's loop ends: the iterator popped, on at the loop's exit

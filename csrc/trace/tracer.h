@@ -579,6 +579,9 @@ class Tracer {
   // the trace starts again with that raise left to CPython.
   CallSite root_raise_;
   std::vector<const Value*> root_caught_;  // the exceptions a root frame's handler took
+  // Generator frames that returned while the instruction loop still held them (next() past the
+  // end raising StopIteration into its consumer): kept to the end of the trace.
+  std::vector<std::shared_ptr<TraceFrame>> retired_frames_;
   bool compiling_answer_ = true;
   bool compiling_asked_ = false;  // a compiling flag answered True in this trace
   std::vector<bool> entry_nulls_;
