@@ -273,10 +273,11 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       if (ctx.dynamic != 1) traced->sizes().set_pinned_numbers(&state.pinned_numbers[{ctx.id, pc}]);
       // A number read by source that varies becomes a run-time number where numbers may be
       // graph inputs (backends that run any size), unless dynamic=False; an int only while
-      // sizes are symbolic (the trace again with constant sizes pins ints too).
+      // sizes are symbolic (the trace again with constant sizes pins ints too), and with
+      // dynamic=True from the first compile.
       if (ctx.dynamic != 0 && ctx.any_sizes) {
         traced->entry().set_varying_numbers(&state.pinned_numbers[{ctx.id, pc}],
-                                            symbolic_sizes && varying_ints);
+                                            symbolic_sizes && varying_ints, ctx.dynamic == 1);
       }
       traced->set_compiling_answer(compiling_answer);
       try {

@@ -173,6 +173,7 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     value->pytype = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if ((PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
              (is_mid_frame_number(slot) ||
+              (numbers_ != nullptr && ints_from_start_ && PyLong_CheckExact(obj)) ||
               (numbers_ != nullptr && (varying_ints_ || PyFloat_CheckExact(obj)) && number_varies(slot, obj)))) {
     // A number in the middle of a frame (a loop counter, the result of .item()), or a number read
     // by source that changed between compiles of this place (a learning rate a scheduler sets, a

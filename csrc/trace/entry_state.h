@@ -68,10 +68,12 @@ class EntryState {
   int slot_of_placeholder(Node* node) const;
   // Where numbers read by source are specialised until they vary (PinnedNumbers); nullptr
   // (the default): always specialised. Floats that vary are run-time numbers; ints too where
-  // `ints` (graph inputs wherever a size may be one: Value::int_input).
-  void set_varying_numbers(PinnedNumbers* numbers, bool ints) {
+  // `ints` (graph inputs wherever a size may be one: Value::int_input), from the first compile
+  // where `ints_from_start` (dynamic=True).
+  void set_varying_numbers(PinnedNumbers* numbers, bool ints, bool ints_from_start) {
     numbers_ = numbers;
     varying_ints_ = ints;
+    ints_from_start_ = ints && ints_from_start;
   }
   // Whether the number read from `slot` is one of the frame's own in a region that starts in
   // the middle of it (a loop counter, a local held across a break), not one read at its start.
@@ -157,6 +159,7 @@ class EntryState {
   std::unordered_map<PyObject*, int> changed_;  // see note_changed: live object -> its slot
   PinnedNumbers* numbers_ = nullptr;
   bool varying_ints_ = false;
+  bool ints_from_start_ = false;
 };
 
 }  // namespace framejit

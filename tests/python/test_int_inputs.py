@@ -137,6 +137,14 @@ def test_an_int_in_a_view_shape_is_a_graph_value():
     assert counter.frame_count == 2
 
 
+def test_dynamic_true_takes_ints_as_graph_inputs_from_the_first_call():
+    x = torch.randn(4)
+    counter = calls(scaled, [(x, n) for n in range(1, 6)], dynamic=True)
+    assert counter.frame_count == 1
+    placeholders = [n.name for n in counter.graphs[0].graph.nodes if n.op == "placeholder"]
+    assert placeholders == ["x", "n"]
+
+
 def test_dynamic_false_and_callable_backends_specialise_every_value():
     x = torch.randn(4)
     assert calls(scaled, [(x, n) for n in range(1, 4)], dynamic=False).frame_count == 3
