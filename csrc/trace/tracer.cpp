@@ -472,6 +472,14 @@ bool Tracer::truthy(const ValuePtr& value) {
       }
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
+      if (value->int_input) {
+        // `if n:` of an int input: `n != 0`, decided (and guarded) as that comparison.
+        static PyObject* const kNe = py::object(PyRefs::get().operator_module.attr("ne")).release().ptr();
+        const bool nonzero = PyObject_IsTrue(value->obj.ptr()) == 1;
+        ValuePtr compared = Value::sym_num(py::reinterpret_borrow<py::object>(kNe),
+                                           {value, Value::constant(py::int_(0))}, py::bool_(nonzero));
+        return truthy(sizes_.decide(compared));
+      }
       if (value->is_size_expr()) return truthy(sizes_.decide(value));
       // Decided only where its numbers are pinned already (`i < n - 1` after range(n)): a
       // branch exit costs no compile, and a loop counter pinned here for the branch alone would

@@ -155,6 +155,22 @@ def test_dynamic_false_and_callable_backends_specialise_every_value():
     assert calls(scaled, [(x, n) for n in range(1, 4)], backend=plain_backend).frame_count == 3
 
 
+def truthy(x, n):
+    if n:
+        return x * n
+    return x - 1
+
+
+def test_the_truth_of_an_int_input_is_guarded_as_not_zero(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    x = torch.randn(3)
+    counter = calls(truthy, [(x, n) for n in (1, 2, 3, 0, 4, 0, 5)])
+    # n=1: specialised; n=2: an input, guarded n != 0; n=0: the other side, pinned (n == 0)
+    assert counter.frame_count == 3
+    assert "INT_RELATION L['n'] != 0" in caplog.text
+
+
 def printed(x, n):
     y = x * n
     print(n + 1)
