@@ -212,7 +212,16 @@ ValuePtr Tracer::container_method(const std::string& name, const std::vector<Val
   if (args.empty()) return nullptr;
   const ValuePtr& self = args[0];
   const size_t n = args.size() - 1;
-  if (self->is_deque()) return kwargs.empty() ? deque_method(name, args) : nullptr;
+  if (self->is_deque()) {
+    if (!kwargs.empty()) return nullptr;
+    if (ValuePtr out = deque_method(name, args)) return out;
+    // index, count, remove, insert, reverse, clear: as a list's (below); no other list method
+    // is a deque's.
+    if (name != "index" && name != "count" && name != "remove" && name != "insert" && name != "reverse" &&
+        name != "clear") {
+      return nullptr;
+    }
+  }
   if (self->kind == VKind::kDict && self->dict_of && name == "pop" && kwargs.empty() &&
       (n == 1 || n == 2) && args[1]->is_const() && PyUnicode_CheckExact(args[1]->obj.ptr())) {
     // obj.__dict__.pop(name[, default]) of an object the trace made (transformers' per-layer
@@ -508,34 +517,10 @@ ValuePtr Tracer::deque_method(const std::string& name, const std::vector<ValuePt
     }
     return none;
   }
-  if (name == "insert" && n == 2) {
-    if (self->maxlen >= 0 && static_cast<Py_ssize_t>(items.size()) >= self->maxlen) {
-      FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.insert() into a full deque (IndexError)");
-    }
-    items.insert(items.begin() + normalised_index(args[1], static_cast<Py_ssize_t>(items.size()), true),
-                 args[2]);
-    return none;
-  }
-  if (name == "remove" && n == 1) {
-    const int64_t found = find_item(*self, args[1], "deque.remove()");
-    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.remove() of a value the deque does not hold");
-    items.erase(items.begin() + found);
-    return none;
-  }
-  if ((name == "index" || name == "count") && n == 1) {
-    int64_t count = 0;
-    const int64_t found = find_item(*self, args[1], "deque." + name + "()", name == "count" ? &count : nullptr);
-    if (name == "count") return Value::constant(py::int_(count));
-    if (found < 0) FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.index() of a value the deque does not hold");
-    return Value::constant(py::int_(found));
-  }
-  if (name == "reverse" && n == 0) {
-    std::reverse(items.begin(), items.end());
-    return none;
-  }
-  if (name == "clear" && n == 0) {
-    items.clear();
-    return none;
+  // (an insert with room is a list's, as index, count, remove, reverse and clear: container_method)
+  if (name == "insert" && n == 2 && self->maxlen >= 0 &&
+      static_cast<Py_ssize_t>(items.size()) >= self->maxlen) {
+    FJ_PROGRAM_RAISED(kUnsupportedValue, "deque.insert() into a full deque (IndexError)");
   }
   if ((name == "copy" || name == "__copy__") && n == 0) {
     ValuePtr out = Value::list(items);

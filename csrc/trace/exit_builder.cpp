@@ -280,8 +280,8 @@ Rebuild ExitBuilder::rebuild_of(const ValuePtr& value) {
         return memoised(Rebuild::call(value->pytype, {std::move(r)}), value);  // OrderedDict(items)
       }
       if (value->is_deque()) {  // collections.deque(items, maxlen)
-        py::object maxlen = value->maxlen < 0 ? py::object(py::none()) : py::object(py::int_(value->maxlen));
-        return memoised(Rebuild::call(value->pytype, {std::move(r), Rebuild::constant(std::move(maxlen))}), value);
+        return memoised(Rebuild::call(value->pytype, {std::move(r), Rebuild::constant(value->deque_maxlen())}),
+                        value);
       }
       // Mutable: one object however often it is referenced.
       return value->kind == VKind::kTuple ? r : memoised(std::move(r), value);

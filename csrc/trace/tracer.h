@@ -326,7 +326,8 @@ class Tracer {
   // collections.deque(iterable=(), maxlen=None): a list of the trace made as a deque
   // (Value::is_deque), rebuilt as one where it leaves the region.
   ValuePtr deque_call(const std::vector<ValuePtr>& args, const KwValues& kwargs);
-  // A method of a deque of the trace (args[0]); nullptr for one not traced (a break).
+  // A deque's own method on a deque of the trace (args[0]); nullptr for the rest (those it
+  // shares with list are container_method's).
   ValuePtr deque_method(const std::string& name, const std::vector<ValuePtr>& args);
   // The (key, value) entries dict(from) / d.update(from) take, in order: a dict of the trace, an
   // object it made over one, a dict read by source (keys guarded), a constant dict, or pairs

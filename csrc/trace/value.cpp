@@ -236,7 +236,7 @@ py::object Value::as_python() const {
     case VKind::kList: {
       py::list out;
       for (const auto& item : items) out.append(item->as_python());
-      if (is_deque()) return pytype(out, maxlen < 0 ? py::object(py::none()) : py::object(py::int_(maxlen)));
+      if (is_deque()) return pytype(out, deque_maxlen());
       return std::move(out);
     }
     case VKind::kDict: {

@@ -232,6 +232,8 @@ struct Value {
   bool is_ordered_dict() const;
   // A list of the trace made as a collections.deque (its methods, its rebuild as a deque).
   bool is_deque() const { return kind == VKind::kList && static_cast<bool>(pytype); }
+  // A deque's maxlen as deque() takes it: None or an int.
+  py::object deque_maxlen() const { return maxlen < 0 ? py::object(py::none()) : py::object(py::int_(maxlen)); }
   // A kObject that is not a plain object (a trace-only object or a bound method's piece).
   bool is_special_object() const { return kind == VKind::kObject && role != ObjRole::kPlain; }
   // A number computed from tensor sizes, int inputs and constants only (no other run-time

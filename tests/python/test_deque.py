@@ -59,7 +59,19 @@ def copied(x):
     return (2 in collections.deque([1, 2])) * x + len(dq) + len(other) + other[1]
 
 
-@pytest.mark.parametrize("fn", [bounded, rotated, returned, copied])
+def list_methods(x):
+    # (a list's methods that a deque shares: the same code)
+    dq = collections.deque([1, 2, 3, 2], maxlen=5)
+    dq.remove(2)
+    dq.insert(1, 7)
+    at = dq.index(3)
+    dq.reverse()
+    kept = tuple(dq)
+    dq.clear()
+    return x * (at + dq.count(2)) + len(dq), kept
+
+
+@pytest.mark.parametrize("fn", [bounded, rotated, returned, copied, list_methods])
 def test_deque_made_in_the_trace_is_one_graph(fn):
     one_graph(fn, torch.randn(3))
 
@@ -72,6 +84,18 @@ def sliced(x):
 def test_a_slice_of_a_deque_raises_pythons_type_error():
     compiled = framejit.compile(sliced, backend=CompileCounter())
     with pytest.raises(TypeError):
+        compiled(torch.randn(2))
+
+
+def inserts_into_a_full_deque(x):
+    dq = collections.deque([x, x], maxlen=2)
+    dq.insert(0, x)
+    return dq[0]
+
+
+def test_an_insert_into_a_full_deque_raises_pythons_index_error():
+    compiled = framejit.compile(inserts_into_a_full_deque, backend=CompileCounter())
+    with pytest.raises(IndexError):
         compiled(torch.randn(2))
 
 
