@@ -262,13 +262,10 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       return relation_holds(static_cast<SizeRelation>(guard.rel), a, b);
     }
     case GuardKind::kIntRelation: {
-      int overflow = 0;
-      const int64_t a = PyLong_Check(value) ? PyLong_AsLongLongAndOverflow(value, &overflow) : 0;
-      if (!PyLong_Check(value) || overflow != 0 || (a == -1 && PyErr_Occurred())) {
-        PyErr_Clear();
-        return false;
-      }
-      return relation_holds(static_cast<SizeRelation>(guard.rel), a, guard.n);
+      if (!PyLong_Check(value)) return false;
+      int overflow = 0;  // (an int past int64 fails the guard: the trace saw one within it)
+      const int64_t a = PyLong_AsLongLongAndOverflow(value, &overflow);
+      return overflow == 0 && relation_holds(static_cast<SizeRelation>(guard.rel), a, guard.n);
     }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
