@@ -1125,7 +1125,9 @@ class PositionDecoder(torch.nn.Module):
 
 
 POSITION_RUNS = [("eager", None, None), ("framejit eager", "framejit", "eager"),
-                 ("framejit native", "framejit", "native"), ("torch.compile eager", "dynamo", "eager")]
+                 ("framejit native", "framejit", "native"), ("torch.compile eager", "dynamo", "eager"),
+                 ("framejit inductor", "framejit", "inductor"),
+                 ("torch.compile inductor", "dynamo", "inductor")]
 
 
 def decode_positions(model, prompt, steps):
@@ -1152,7 +1154,7 @@ def run_positions_section(args):
             model = copy.deepcopy(reference_model)
             # (framejit's counter keeps its backend's shape-generic mark; Dynamo's eager backend)
             counter = (framejit.testing.CompileCounter(backend) if compiler == "framejit"
-                       else torch._dynamo.testing.CompileCounter())
+                       else torch._dynamo.testing.CompileCounterWithBackend(backend))
             target = model if compiler is None else compile_with(compiler, model, counter)
             start = time.perf_counter()
             outs = decode_positions(target, prompt, steps)

@@ -92,8 +92,9 @@ SymbolicDims plan_symbolic_dims(const CompileContext& ctx, CodeState& state, int
       mine.insert(dim.cast<int>());
       text += (text.empty() ? "" : ", ") + std::to_string(dim.cast<int>());
     }
-    out.text += fmt::format("{}{} dims [{}]", out.text.empty() ? "" : "; ",
-                            names[i].cast<std::string>(), text);
+    const bool number = mine.count(-1) > 0;  // an int input: the number itself (a SymInt)
+    out.text += fmt::format("{}{}{}", out.text.empty() ? "" : "; ", names[i].cast<std::string>(),
+                            number ? " (an int)" : " dims [" + text + "]");
   }
   return out;
 }

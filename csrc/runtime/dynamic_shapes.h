@@ -9,8 +9,10 @@
 // symbolic from the first compile; False never. Dims marked with framejit.mark_dynamic /
 // torch._dynamo.mark_dynamic (and maybe_mark_dynamic) are symbolic from the first compile,
 // mark_static ones never. A dim whose size Python reads (sizes.h) stays pinned, and so do sizes
-// 0 and 1 (a backend treats them apart, as torch.compile does). The Python half is
-// python/framejit/_dynamic.py.
+// 0 and 1 (a backend treats them apart, as torch.compile does). An int read by source that
+// changed between compiles (a position argument) is a graph input as for framejit's own
+// backends, handed to the backend as a SymInt of the same ShapeEnv (0 and 1 too, as
+// torch.compile does). The Python half is python/framejit/_dynamic.py.
 #pragma once
 
 #include <map>
@@ -29,7 +31,9 @@ namespace framejit {
 class Tracer;
 
 struct SymbolicDims {
-  std::map<int, std::set<int>> by_slot;  // source slot -> symbolic dims
+  // source slot -> symbolic dims; {-1} for an int input (Value::int_input), handed to the
+  // backend as a SymInt
+  std::map<int, std::set<int>> by_slot;
   py::list by_input;                     // per graph input: list of dims (empty if none)
   std::string text;                      // "L['x'] dims [0]; L['y'] dims [0, 1]"
   bool empty() const { return by_slot.empty(); }

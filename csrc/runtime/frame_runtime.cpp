@@ -269,15 +269,18 @@ std::unique_ptr<Region> compile_region(FrameRun& run, int pc, const FrameState& 
       traced = std::make_unique<Tracer>(runtime_trace_host(), code, bytecode, fs, pc, &no_inline);
       traced->sizes().set_symbolic(symbolic_sizes);
       traced->sizes().set_number_inputs(ctx.any_sizes);
+      traced->modes().set_inference_in_graph(ctx.any_sizes);
       // dynamic=True keeps every number in the middle of the frame a run-time number.
       if (ctx.dynamic != 1) traced->sizes().set_pinned_numbers(&state.pinned_numbers[{ctx.id, pc}]);
-      // A number read by source that varies becomes a run-time number where numbers may be
-      // graph inputs (backends that run any size), unless dynamic=False; an int only while
-      // sizes are symbolic (the trace again with constant sizes pins ints too), and with
-      // dynamic=True from the first compile.
-      if (ctx.dynamic != 0 && ctx.any_sizes) {
+      // A number read by source that varies becomes a run-time number, unless dynamic=False:
+      // a float where numbers may be graph inputs (backends that run any size; others may bake
+      // an example number into their code); an int only while sizes are symbolic (the trace
+      // again with constant sizes pins ints too; a backend that does not run any size gets it
+      // as a SymInt input, see dynamic_shapes.h), and with dynamic=True from the first compile.
+      if (ctx.dynamic != 0 && (ctx.any_sizes || ctx.symbolic_backend())) {
         traced->entry().set_varying_numbers(&state.pinned_numbers[{ctx.id, pc}],
-                                            symbolic_sizes && varying_ints, ctx.dynamic == 1);
+                                            symbolic_sizes && varying_ints, ctx.dynamic == 1,
+                                            ctx.any_sizes);
       }
       traced->set_compiling_answer(compiling_answer);
       try {

@@ -852,7 +852,9 @@ ValuePtr Tracer::item(const ValuePtr& base, const ValuePtr& key_in) {
     };
     const ValuePtr key = key_in->kind == VKind::kTuple ? Value::map_items(key_in, index) : index(key_in);
     if (base->ndarray) return ndarray_operator("getitem", {base, key});
-    return record_operator("getitem", "[]", {base, key});
+    ValuePtr result = record_operator("getitem", "[]", {base, key});
+    if (result) sizes_.note_slice_lengths(result, base, key);
+    return result;
   }
   if (ValuePtr found = item_by_object(base, key_in)) return found;
   const ValuePtr key = sizes_.concretize(key_in);

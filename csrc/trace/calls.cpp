@@ -963,8 +963,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   if (kind == CallableKind::kNullContext) return null_context_call(callable, args, kwargs);
   if (kind == CallableKind::kSetGradEnabled && kwargs.empty()) return set_grad_enabled_call(*this, args);
   if (kind == CallableKind::kGradModeClone && args.empty() && kwargs.empty()) {
-    // ctx_factory() in a @torch.no_grad() wrapper: a fresh manager of the same class.
-    return make_grad_mode_manager(py::type::handle_of(callable.attr("__self__")));
+    // ctx_factory() in a @torch.no_grad() / @torch.inference_mode() wrapper: a fresh manager
+    // of the same class (and mode).
+    py::object owner = callable.attr("__self__");
+    if (py::type::handle_of(owner).is(refs.torch.attr("inference_mode"))) {
+      return inference_mode_call({Value::constant(owner.attr("mode"))}, {});
+    }
+    return make_grad_mode_manager(py::type::handle_of(owner));
   }
   if (kind == CallableKind::kGradModeWrapper) {
     // A @torch.no_grad() / @torch.enable_grad() function: its wrapper (`with ctx_factory():

@@ -174,7 +174,8 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   } else if ((PyLong_CheckExact(obj) || PyFloat_CheckExact(obj)) &&
              (is_mid_frame_number(slot) ||
               (numbers_ != nullptr && ints_from_start_ && PyLong_CheckExact(obj)) ||
-              (numbers_ != nullptr && (varying_ints_ || PyFloat_CheckExact(obj)) && number_varies(slot, obj)))) {
+              (numbers_ != nullptr && (PyLong_CheckExact(obj) || varying_floats_) &&
+               number_varies(slot, obj) && (PyFloat_CheckExact(obj) || varying_ints_)))) {
     // A number in the middle of a frame (a loop counter, the result of .item()), or a number read
     // by source that changed between compiles of this place (a learning rate a scheduler sets, a
     // step or position argument): its type is guarded, its value only where the trace needs it
@@ -182,7 +183,12 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     guards_.add_type(slot, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     value = Value::sym_num(py::object(), {}, py::reinterpret_borrow<py::object>(real));
     value->source = slot;
-    value->int_input = PyLong_CheckExact(obj) && !is_mid_frame_number(slot);
+    // An int input (a graph input wherever a size may be one): read by source, or one of the
+    // frame's own that this place saw change (a position held in a local across a break:
+    // `func(*args)` in the region after `with torch.inference_mode()` of a decorated forward).
+    value->int_input = PyLong_CheckExact(obj) &&
+                       (!is_mid_frame_number(slot) ||
+                        (numbers_ != nullptr && (ints_from_start_ || (varying_ints_ && number_varies(slot, obj)))));
   } else if (is_constant_type(obj)) {
     if (obj == Py_None || obj == Py_Ellipsis) {
       guards_.add_id(slot, obj);

@@ -67,13 +67,15 @@ class EntryState {
   // The source slot of a tensor placeholder, -1 if `node` is none.
   int slot_of_placeholder(Node* node) const;
   // Where numbers read by source are specialised until they vary (PinnedNumbers); nullptr
-  // (the default): always specialised. Floats that vary are run-time numbers; ints too where
-  // `ints` (graph inputs wherever a size may be one: Value::int_input), from the first compile
-  // where `ints_from_start` (dynamic=True).
-  void set_varying_numbers(PinnedNumbers* numbers, bool ints, bool ints_from_start) {
+  // (the default): always specialised. Floats that vary are run-time numbers where `floats`
+  // (backends that run the graph as it is); ints where `ints` (graph inputs wherever a size may
+  // be one: Value::int_input), from the first compile where `ints_from_start` (dynamic=True).
+  // Every int read is recorded either way, so a later trace knows whether it varied.
+  void set_varying_numbers(PinnedNumbers* numbers, bool ints, bool ints_from_start, bool floats) {
     numbers_ = numbers;
     varying_ints_ = ints;
     ints_from_start_ = ints && ints_from_start;
+    varying_floats_ = floats;
   }
   // Whether the number read from `slot` is one of the frame's own in a region that starts in
   // the middle of it (a loop counter, a local held across a break), not one read at its start.
@@ -160,6 +162,7 @@ class EntryState {
   PinnedNumbers* numbers_ = nullptr;
   bool varying_ints_ = false;
   bool ints_from_start_ = false;
+  bool varying_floats_ = false;
 };
 
 }  // namespace framejit

@@ -68,6 +68,10 @@ void enter_mode_block(Tracer& t, const ValuePtr& manager, ObjRole exit_role, py:
 }
 
 void enter_inference_mode(Tracer& t, const ValuePtr& manager) {
+  if (!t.modes().inference_in_graph()) {
+    FJ_UNSUPPORTED(kUnsupportedOpcode, "with {}: the runtime enters it (a graph for this backend "
+                   "does not enter inference mode)", manager->describe());
+  }
   py::object mode = manager->obj.attr("mode");
   enter_mode_block(t, manager, ObjRole::kInferenceExit,
                    grad_mode_module().attr("_enter_inference_mode"),

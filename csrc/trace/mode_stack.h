@@ -25,6 +25,12 @@ class ModeStack {
   void remember_grad();
   static bool grad_enabled();
 
+  // Whether `with torch.inference_mode()` may be entered inside a graph: only for framejit's
+  // own backends. Others (inductor's AOT trace cannot functionalise a graph that makes inference
+  // tensors: torch.compile fails there) get the block entered by the runtime between regions.
+  void set_inference_in_graph(bool allowed) { inference_in_graph_ = allowed; }
+  bool inference_in_graph() const { return inference_in_graph_; }
+
   // An in-graph block (inference_mode, autocast) entered at `site`: `leave(context)` leaves it.
   void open_block(CallSite site, py::object leave, py::object context);
   bool in_block() const { return !blocks_.empty(); }
@@ -45,6 +51,7 @@ class ModeStack {
     py::object context;  // what the block's enter returned at trace time
   };
   std::optional<bool> grad_at_start_;  // set once the trace switched the real grad mode
+  bool inference_in_graph_ = true;
   std::vector<Block> blocks_;          // innermost last
 };
 

@@ -146,12 +146,12 @@ std::optional<std::vector<int>> squeezed_dims(const Node* node) {
 
 // Whether squeeze(input, dims) removes the same dimensions for any input sizes: each named
 // size depends on no input size. Its arguments' ranks are known fixed.
-bool squeeze_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMemo& ranks) {
+bool squeeze_is_fixed(Node* node, const NodeFacts& facts, RankMemo& ranks) {
   std::optional<std::vector<int>> dims = squeezed_dims(node);
   if (!dims || rank_of(node->args[0].node) == 0) return false;
   for (int d : *dims) {
     SizeDeps deps;
-    add_size_deps(node->args[0].node, d, reshaped, ranks, deps);
+    add_size_deps(node->args[0].node, d, facts, ranks, deps);
     if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return false;
   }
   return true;
@@ -160,7 +160,7 @@ bool squeeze_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, Ran
 // Whether node's rank is the same for any sizes of the inputs: no squeeze() of a dimension
 // whose size may be 1 or not, and no tensor reshaped in place among the nodes it is computed
 // from. Memoised across walks; iterative, as chains can be thousands of nodes long.
-bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMemo& ranks) {
+bool rank_is_fixed(Node* node, const NodeFacts& facts, RankMemo& ranks) {
   std::vector<Node*> stack{node};
   while (!stack.empty()) {
     Node* top = stack.back();
@@ -176,7 +176,7 @@ bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMe
     bool fixed = true;
     std::vector<Node*> pending;
     auto check = [&](Node* arg) {
-      if (reshaped.count(arg)) {
+      if (facts.reshaped.count(arg)) {
         fixed = false;
       } else if (auto found = ranks.find(arg); found != ranks.end()) {
         fixed = fixed && found->second;
@@ -191,12 +191,12 @@ bool rank_is_fixed(Node* node, const std::unordered_set<Node*>& reshaped, RankMe
       continue;
     }
     if (fixed && base_name_in(top->target_text, {"squeeze", "squeeze_copy"})) {
-      fixed = squeeze_is_fixed(top, reshaped, ranks);
+      fixed = squeeze_is_fixed(top, facts, ranks);
     }
     ranks[top] = fixed;
     stack.pop_back();
   }
-  return !reshaped.count(node) && ranks[node];
+  return !facts.reshaped.count(node) && ranks[node];
 }
 
 // How an op's rule computes size `dim` of its result from its arguments. The dependency walk
@@ -858,8 +858,8 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
 
 class Walk {
  public:
-  Walk(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, SizeDeps& out)
-      : reshaped_(reshaped), ranks_(ranks), out_(out) {}
+  Walk(const NodeFacts& facts, RankMemo& ranks, SizeDeps& out)
+      : facts_(facts), ranks_(ranks), out_(out) {}
 
   void push(Node* node, int dim) {
     if (seen_.insert({node, dim}).second) todo_.emplace_back(node, dim);
@@ -878,9 +878,14 @@ class Walk {
 
  private:
   void visit(Node* node, int dim) {
-    if (reshaped_.count(node)) {
+    if (facts_.reshaped.count(node)) {
       out_.all = true;
       return;
+    }
+    if (auto length = facts_.lengths.find({node, dim}); length != facts_.lengths.end()) {
+      facts_.used.insert(length->first);
+      for (const auto& [number, factor] : length->second.terms) push(number, -1);
+      return;  // that sum, for any input the guards admit
     }
     if (node->kind == NodeKind::kPlaceholder) {
       if (!is_tensor_node(node)) {
@@ -914,7 +919,7 @@ class Walk {
     // The rules map dimensions by position, which holds only if no rank on the way depends on
     // a size; otherwise every size of the arguments counts.
     std::optional<DimRule> rule;
-    if (rank_is_fixed(node, reshaped_, ranks_)) rule = dim_rule(node, dim);
+    if (rank_is_fixed(node, facts_, ranks_)) rule = dim_rule(node, dim);
     if (rule && rule->rest_of) return push_rest(node, *rule);
     if (rule) {
       push_all(rule->pins);
@@ -929,7 +934,7 @@ class Walk {
   std::pair<Node*, int> kept_size(Node* node, int dim) {
     for (int steps = 0; steps < 256; ++steps) {
       if (!is_tensor_node(node) || dim < 0 || dim >= rank_of(node) ||
-          !rank_is_fixed(node, reshaped_, ranks_)) {
+          !rank_is_fixed(node, facts_, ranks_)) {
         break;
       }
       // (a broadcast of one size, an element-wise op of one tensor with that dim, is that size)
@@ -972,7 +977,7 @@ class Walk {
     (void)view;
   }
 
-  const std::unordered_set<Node*>& reshaped_;
+  const NodeFacts& facts_;
   RankMemo& ranks_;
   SizeDeps& out_;
   std::set<std::pair<Node*, int>> seen_;
@@ -996,9 +1001,9 @@ bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
 
 class Exact {
  public:
-  Exact(const std::unordered_set<Node*>& reshaped, RankMemo& ranks, ExactMemo& memo,
+  Exact(const NodeFacts& facts, RankMemo& ranks, ExactMemo& memo,
         const std::function<bool(Node*)>& pinnable)
-      : reshaped_(reshaped), ranks_(ranks), memo_(memo), pinnable_(pinnable) {}
+      : facts_(facts), ranks_(ranks), memo_(memo), pinnable_(pinnable) {}
 
   std::optional<LinearSize> size(Node* node, int dim) {
     auto key = std::make_pair(node, dim);
@@ -1023,7 +1028,17 @@ class Exact {
   }
 
   std::optional<LinearSize> compute(Node* node, int dim) {
-    if (reshaped_.count(node)) return std::nullopt;
+    if (facts_.reshaped.count(node)) return std::nullopt;
+    if (auto length = facts_.lengths.find({node, dim}); length != facts_.lengths.end()) {
+      facts_.used.insert(length->first);
+      LinearSize sum;
+      sum.offset = length->second.offset;
+      for (const auto& [number, factor] : length->second.terms) {
+        std::optional<LinearSize> part = size(number, -1);
+        if (!part || !add_scaled(sum, *part, factor)) return std::nullopt;
+      }
+      return sum;
+    }
     if (dim < 0) return number(node);
     if (!is_tensor_node(node) || dim >= rank_of(node)) return std::nullopt;
     if (node->kind == NodeKind::kPlaceholder) {
@@ -1031,7 +1046,7 @@ class Exact {
       term.terms[{node, dim}] = 1;
       return term;
     }
-    if (!rank_is_fixed(node, reshaped_, ranks_)) return std::nullopt;
+    if (!rank_is_fixed(node, facts_, ranks_)) return std::nullopt;
     std::optional<LinearSize> result;
     if (std::optional<DimRule> rule = dim_rule(node, dim)) {
       result = combine(node, dim, *rule);
@@ -1044,7 +1059,7 @@ class Exact {
     if (result) return result;
     // A size that depends on no input size is the constant it has now.
     SizeDeps deps;
-    add_size_deps(node, dim, reshaped_, ranks_, deps);
+    add_size_deps(node, dim, facts_, ranks_, deps);
     if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return std::nullopt;
     LinearSize fixed;
     fixed.offset = size_at(node, dim);
@@ -1383,26 +1398,109 @@ class Exact {
     return length;
   }
 
-  const std::unordered_set<Node*>& reshaped_;
+  const NodeFacts& facts_;
   RankMemo& ranks_;
   ExactMemo& memo_;
   const std::function<bool(Node*)>& pinnable_;
   int depth_ = 0;
 };
 
+// A slice bound as a sum of graph numbers times ints plus an int (`s + 1`, `T - 1`), added
+// into terms / offset times `scale`: + - * by an int are followed, any other node is a term of
+// its own (it cancels only against itself). False for a bound that is no int.
+bool bound_form(const Arg& arg, int64_t scale, NumberSum& sum, int depth = 0) {
+  std::map<Node*, int64_t>& terms = sum.terms;
+  int64_t& offset = sum.offset;
+  if (depth > 64 || scale >= kLargestOffset || scale <= -kLargestOffset) return false;
+  if (arg.kind == Arg::Kind::kConst) {
+    if (!PyLong_CheckExact(arg.value.ptr())) return false;
+    int overflow = 0;
+    const int64_t n = PyLong_AsLongLongAndOverflow(arg.value.ptr(), &overflow);
+    if (overflow != 0 || n >= kLargestOffset || n <= -kLargestOffset) return false;
+    offset += scale * n;
+    return offset < kLargestOffset && offset > -kLargestOffset;
+  }
+  if (arg.kind != Arg::Kind::kNode) return false;
+  Node* node = arg.node;
+  if (node->args.size() == 2 && (node->infix == "+" || node->infix == "-")) {
+    return bound_form(node->args[0], scale, sum, depth + 1) &&
+           bound_form(node->args[1], node->infix == "-" ? -scale : scale, sum, depth + 1);
+  }
+  if (node->args.size() == 1 && (node->infix == "-" || node->infix == "+")) {
+    return bound_form(node->args[0], node->infix == "-" ? -scale : scale, sum, depth + 1);
+  }
+  if (node->args.size() == 2 && node->infix == "*") {
+    for (int side = 0; side < 2; ++side) {
+      std::optional<int64_t> factor = const_int(&node->args[side]);
+      int64_t scaled = 0;
+      if (factor && !__builtin_mul_overflow(scale, *factor, &scaled)) {
+        return bound_form(node->args[1 - side], scaled, sum, depth + 1);
+      }
+    }
+  }
+  terms[node] += scale;
+  return true;
+}
+
 }  // namespace
 
-void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+std::vector<FixedSlice> fixed_length_slices(const Node* node) {
+  std::vector<FixedSlice> out;
+  if (node->infix != "[]" || node->args.size() != 2 || node->args[0].kind != Arg::Kind::kNode ||
+      !is_tensor_node(node)) {
+    return out;
+  }
+  const Node* base = node->args[0].node;
+  if (base->tuple_result || !is_tensor_node(base)) return out;
+  for (int dim = 0; dim < rank_of(node); ++dim) {
+    std::optional<IndexSource> source = index_source(node, base, dim);
+    if (!source || source->slice_node == nullptr) continue;
+    const Node* slice = source->slice_node;
+    if (slice->args.size() < 2 || slice->args.size() > 3) continue;
+    if (slice->args.size() == 3) {
+      const Arg& step = slice->args[2];
+      const bool unit = step.kind == Arg::Kind::kConst &&
+                        (step.value.is_none() || const_int(&step) == std::optional<int64_t>(1));
+      if (!unit) continue;
+    }
+    const Arg& start = slice->args[0];
+    const Arg& stop = slice->args[1];
+    if (stop.kind == Arg::Kind::kConst && stop.value.is_none()) continue;
+    NumberSum length;
+    const bool from_zero = start.kind == Arg::Kind::kConst && start.value.is_none();
+    if (!(from_zero || bound_form(start, -1, length)) || !bound_form(stop, 1, length)) continue;
+    // What is left: numbers the trace knows now (no int input: a length that moves with the
+    // position is no fixed length), adding up to the result's size.
+    int64_t now = length.offset;
+    bool known = true;
+    for (auto it = length.terms.begin(); it != length.terms.end();) {
+      if (it->second == 0) {
+        it = length.terms.erase(it);
+        continue;
+      }
+      Node* number = it->first;
+      known = known && number->kind != NodeKind::kPlaceholder && number->fake &&
+              PyLong_CheckExact(number->fake.ptr());
+      if (known) now += it->second * number->fake.cast<int64_t>();
+      ++it;
+    }
+    if (!known || now < 0 || size_at(node, dim) != now) continue;
+    out.push_back(FixedSlice{dim, source->dim, source->slice_node, std::move(length)});
+  }
+  return out;
+}
+
+void add_size_deps(Node* node, int dim, const NodeFacts& facts,
                    RankMemo& ranks, SizeDeps& out) {
-  Walk walk(reshaped, ranks, out);
+  Walk walk(facts, ranks, out);
   walk.push(node, dim);
   walk.run();
 }
 
-void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped, RankMemo& ranks,
+void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
                           ExactMemo& memo, const std::function<bool(Node*)>& pinnable,
                           SizeDeps& out, std::set<std::pair<Node*, int>>& not_one) {
-  Walk walk(reshaped, ranks, out);
+  Walk walk(facts, ranks, out);
   std::vector<std::pair<Node*, int>> from;
   // split(x, [a, b], dim) / tensor_split(x, [i, j], dim): as many pieces as the list says (or
   // one more than its indices), whatever the sizes (sections that do not add up raise when
@@ -1426,7 +1524,7 @@ void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped
     all_argument_sizes(split, from);
   } else {
     // from[0] is the split dimension; the rest, split sizes or counts given as sizes.
-    Exact exact(reshaped, ranks, memo, pinnable);
+    Exact exact(facts, ranks, memo, pinnable);
     std::optional<LinearSize> size = exact.size(from[0].first, from[0].second);
     if (size && from.size() == 1 && size->not_one.empty() && base_name_in(split->target_text, {"chunk"})) {
       // chunk(k) of k * (a sum of sizes): k pieces of that sum each, whatever the sizes (k empty
@@ -1459,10 +1557,10 @@ bool LinearSize::operator==(const LinearSize& other) const {
   return offset == other.offset && terms == other.terms;
 }
 
-std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+std::optional<LinearSize> exact_size(Node* node, int dim, const NodeFacts& facts,
                                      RankMemo& ranks, ExactMemo& memo,
                                      const std::function<bool(Node*)>& pinnable) {
-  Exact exact(reshaped, ranks, memo, pinnable);
+  Exact exact(facts, ranks, memo, pinnable);
   return exact.size(node, dim);
 }
 

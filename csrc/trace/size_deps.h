@@ -7,6 +7,7 @@
 // rule for depends on every size of every argument (a superset, so always safe).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <optional>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "graph/graph.h"
 
@@ -28,11 +30,28 @@ struct SizeDeps {
 // Whether a node's rank is the same for all input sizes, by node (filled by the walks).
 using RankMemo = std::unordered_map<Node*, bool>;
 
+// Graph numbers (size expressions: x.size(1), sums of them) times ints plus an int.
+struct NumberSum {
+  std::map<Node*, int64_t> terms;  // number node -> factor != 0
+  int64_t offset = 0;
+};
+
+// What the trace knows about graph nodes beyond their ops' rules.
+struct NodeFacts {
+  // Nodes whose tensor changed shape in place after they were made (x.t_(), an out= argument):
+  // their sizes depend on anything.
+  std::unordered_set<Node*> reshaped;
+  // Sizes that, for every input the region's guards admit, are a sum of graph numbers: a slice
+  // whose bounds differ by that (`table[pos : pos + T]` is T long) within the tensor it is
+  // taken from (SizeTracker::note_slice_lengths guards that once a walk uses it), by (node, dim).
+  std::map<std::pair<Node*, int>, NumberSum> lengths;
+  // Those the walks relied on (their guards are then due).
+  mutable std::set<std::pair<Node*, int>> used;
+};
+
 // Adds to `out` what size `dim` of tensor node `node` depends on; dim -1: every size of a
-// tensor node, or the value of a number node (a size expression). Nodes in `reshaped` had
-// their shape changed in place after they were made (x.t_(), an out= argument): their sizes
-// depend on anything.
-void add_size_deps(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+// tensor node, or the value of a number node (a size expression).
+void add_size_deps(Node* node, int dim, const NodeFacts& facts,
                    RankMemo& ranks, SizeDeps& out);
 
 // A size known exactly from input sizes: the sum of factor * size `dim` of a tensor
@@ -59,7 +78,7 @@ using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;
 // takes its size expression, cat adds its pieces', broadcasting keeps the one that is not 1,
 // a size that depends on no input is a constant); nullopt where they do not. Sizes of the
 // placeholders `pinnable` accepts may be taken as constants where a product needs them to be.
-std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_set<Node*>& reshaped,
+std::optional<LinearSize> exact_size(Node* node, int dim, const NodeFacts& facts,
                                      RankMemo& ranks, ExactMemo& memo,
                                      const std::function<bool(Node*)>& pinnable);
 
@@ -67,8 +86,22 @@ std::optional<LinearSize> exact_size(Node* node, int dim, const std::unordered_s
 // the input sizes of the split dimension's size where that is exact (a chunk of a parameter's
 // size: the parameter's, pinned), else what it is computed from. The exact size holds while
 // the placeholder sizes added to `not_one` are not 1 (placeholders all: the caller guards them).
-void add_split_count_deps(Node* split, const std::unordered_set<Node*>& reshaped, RankMemo& ranks,
+void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
                           ExactMemo& memo, const std::function<bool(Node*)>& pinnable,
                           SizeDeps& out, std::set<std::pair<Node*, int>>& not_one);
+
+// A dimension of a tensor indexed with a slice the graph makes whose bounds differ by a sum of
+// graph numbers no int input is in: stop - start = `length` (`x[:, s : s + 1]`,
+// `freqs[pos : pos + T]`, `h[:, T - 1 : T]`), step 1, and the trace's result that long there.
+// It is that long for other bounds while 0 <= start and stop <= the input's size `in_dim`,
+// which whoever relies on it guards.
+struct FixedSlice {
+  int out_dim = -1;
+  int in_dim = -1;
+  Node* slice = nullptr;  // the node making the slice
+  NumberSum length;
+};
+// Those dimensions of getitem node `node` (none where it is no such index).
+std::vector<FixedSlice> fixed_length_slices(const Node* node);
 
 }  // namespace framejit

@@ -204,9 +204,18 @@ ValuePtr SizeTracker::pin_steady_number(const ValuePtr& value) {
   return specialize(value);
 }
 
+bool SizeTracker::holds_frame_int(const ValuePtr& value) const {
+  if (value->kind != VKind::kSymNum) return false;
+  std::vector<ValuePtr> leaves;
+  collect_leaves(value, leaves);
+  return std::any_of(leaves.begin(), leaves.end(), [this](const ValuePtr& leaf) {
+    return leaf->int_input && leaf->source >= 0 && entry_.is_mid_frame_number(leaf->source);
+  });
+}
+
 ValuePtr SizeTracker::concretize(const ValuePtr& value) {
   if (value->kind == VKind::kSymNum) {
-    if (!value->is_size_expr()) {
+    if (!value->is_size_expr() || holds_frame_int(value)) {
       ValuePtr pinned = pin_steady_number(value);
       return pinned ? pinned : value;
     }
@@ -252,16 +261,80 @@ ValuePtr SizeTracker::slice_of(std::vector<ValuePtr> parts) {
   return Value::sym_num(py::reinterpret_borrow<py::object>(kSlice), std::move(parts), slice);
 }
 
+void SizeTracker::note_slice_lengths(const ValuePtr& result, const ValuePtr& base, const ValuePtr& key) {
+  if (!symbolic_ || result->kind != VKind::kTensor || base->kind != VKind::kTensor) return;
+  const std::vector<ValuePtr> parts = key->kind == VKind::kTuple ? key->items : std::vector<ValuePtr>{key};
+  if (std::none_of(parts.begin(), parts.end(), is_symbolic_slice)) return;
+  py::object le = PyRefs::get().operator_module.attr("le");
+  for (FixedSlice& fixed : fixed_length_slices(result->node)) {
+    ValuePtr slice;
+    for (const ValuePtr& part : parts) {
+      if (is_symbolic_slice(part) && size_node(part) == fixed.slice) slice = part;
+    }
+    FJ_CHECK(slice != nullptr, "no slice of the key makes node {}", fixed.slice->name);
+    SliceBounds bounds{slice->items[0], slice->items[1],
+                       tensor_size(base, fixed.in_dim, "the size a slice is taken from")};
+    // A start that wrapped around from the end, a stop past the end: no length is assumed.
+    if ((!bounds.start->obj.is_none() && !le(py::int_(0), bounds.start->obj).cast<bool>()) ||
+        !le(bounds.stop->obj, bounds.size->obj).cast<bool>()) {
+      continue;
+    }
+    const std::pair<Node*, int> at{result->node, fixed.out_dim};
+    facts_.lengths[at] = std::move(fixed.length);
+    unguarded_lengths_[at] = std::move(bounds);
+    exact_.erase(at);
+  }
+}
+
+void SizeTracker::guard_used_lengths() {
+  for (bool again = true; again;) {
+    again = false;
+    for (const auto& at : facts_.used) {
+      auto found = unguarded_lengths_.find(at);
+      if (found == unguarded_lengths_.end()) continue;
+      SliceBounds bounds = std::move(found->second);
+      unguarded_lengths_.erase(found);  // first: guarding it walks again
+      // A position into a table (`freqs[pos : pos + T]`): the table's size and the sizes beside
+      // the position pinned, so the bound is a range of the position (`pos <= 127`); a relation
+      // of a position with sizes is no guard framejit has, and pinning the position instead
+      // would compile once for each.
+      std::vector<ValuePtr> leaves;
+      collect_leaves(bounds.start, leaves);
+      collect_leaves(bounds.stop, leaves);
+      if (std::any_of(leaves.begin(), leaves.end(), [](const ValuePtr& leaf) { return leaf->int_input; })) {
+        bounds.size = specialize(bounds.size);
+        for (const ValuePtr& leaf : leaves) {
+          if (leaf->size_of) note_dim_read(leaf->size_of, leaf->size_dim, "a size beside a position in a slice");
+        }
+      }
+      // 0 <= start and stop <= size, true now: guarded as decide() guards a branch.
+      py::object le = PyRefs::get().operator_module.attr("le");
+      std::vector<std::pair<ValuePtr, ValuePtr>> conditions;
+      if (!bounds.start->obj.is_none()) conditions.emplace_back(Value::constant(py::int_(0)), bounds.start);
+      conditions.emplace_back(bounds.stop, bounds.size);
+      for (const auto& [lhs, rhs] : conditions) {
+        if (lhs->kind == VKind::kSymNum || rhs->kind == VKind::kSymNum) {
+          decide(Value::sym_num(le, {lhs, rhs}, py::bool_(true)));
+        }
+      }
+      again = true;
+      break;  // facts_.used may have grown
+    }
+  }
+}
+
 void SizeTracker::note_dim_read(const ValuePtr& tensor, int dim, const std::string& what) {
   SizeDeps deps;
-  add_size_deps(tensor->node, dim, reshaped_, ranks_, deps);
+  add_size_deps(tensor->node, dim, facts_, ranks_, deps);
   note_size_deps(deps, what);
+  guard_used_lengths();
 }
 
 void SizeTracker::note_split_count(Node* split, const std::string& what) {
   SizeDeps deps;
   std::set<std::pair<Node*, int>> not_one;
-  add_split_count_deps(split, reshaped_, ranks_, exact_, module_state_, deps, not_one);
+  add_split_count_deps(split, facts_, ranks_, exact_, module_state_, deps, not_one);
+  guard_used_lengths();
   for (const auto& [node, dim] : not_one) {
     const int slot = entry_.slot_of_placeholder(node);
     if (slot < 0) {
@@ -314,7 +387,7 @@ void SizeTracker::pin_sizes_of(const ValuePtr& tensor, const std::string& why) {
     it = size_leaves_.erase(it);
   }
   // Sizes read from it from now on are not those of the node that made it.
-  reshaped_.insert(tensor->node);
+  facts_.reshaped.insert(tensor->node);
   exact_.clear();
 }
 
@@ -361,12 +434,14 @@ ValuePtr SizeTracker::pinned_already(const ValuePtr& value) {
 std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value) {
   Node* node = value->size_of ? value->size_of->node : nullptr;
   if (node == nullptr) return std::nullopt;
-  return exact_size(node, value->size_dim, reshaped_, ranks_, exact_, module_state_);
+  std::optional<LinearSize> exact = exact_size(node, value->size_dim, facts_, ranks_, exact_, module_state_);
+  guard_used_lengths();
+  return exact;
 }
 
 bool SizeTracker::is_module_state(Node* node) const {
   const int slot = entry_.slot_of_placeholder(node);
-  if (slot < 0 || reshaped_.count(node)) return false;
+  if (slot < 0 || facts_.reshaped.count(node)) return false;
   static PyObject* const kParameter =
       py::object(py::module_::import("torch.nn").attr("Parameter")).release().ptr();  // kept
   PyObject* live = entry_.live_value(slot);
@@ -385,7 +460,7 @@ std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
   if (value->kind != VKind::kSymNum || !value->size_of) return {-1, -1};
   Node* node = value->size_of->node;
   const int slot = node ? entry_.slot_of_placeholder(node) : -1;
-  if (slot < 0 || reshaped_.count(node)) return {-1, -1};
+  if (slot < 0 || facts_.reshaped.count(node)) return {-1, -1};
   return {slot, value->size_dim};
 }
 
@@ -496,6 +571,15 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       term->factor = 0;
     }
     if (!pinned.dims.empty()) note_size_deps(pinned, "a module's parameter or buffer size in a sum or product of sizes");
+    // An input size pinned already is the constant its guard keeps.
+    for (auto& [key, term] : terms) {
+      if (term.factor == 0 || term.slot < 0 || term.int_input) continue;
+      auto pinned_here = pinned_dims_.find(term.slot);
+      if (pinned_here == pinned_dims_.end() || !pinned_here->second.count(term.dim)) continue;
+      const Node* node = static_cast<const Node*>(key.first);
+      offset += term.factor * node->metas[0].sizes[term.dim];
+      term.factor = 0;
+    }
     std::vector<std::pair<std::pair<int, int>, int64_t>> left;  // (input slot, dim), factor
     bool inputs = true;
     int int_inputs = 0;

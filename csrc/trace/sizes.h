@@ -70,6 +70,11 @@ class SizeTracker {
   // change, recording their values; nullptr where one varies (it stays a run-time number), or
   // where no place keeps such a record (dynamic=True).
   ValuePtr pin_steady_number(const ValuePtr& value);
+  // Whether `value` holds an int input of the frame's own (a local of a region that starts
+  // mid-frame, seen to change): where Python needs its value it stays a run-time number (the
+  // region ends there, a branch on it is a branch exit), as such numbers do, rather than being
+  // pinned or guarded per value like an int input read by source.
+  bool holds_frame_int(const ValuePtr& value) const;
   // Its value, where every number of the entry state in it was pinned already in this trace
   // (its guard is there: a branch on it costs nothing more); nullptr otherwise.
   ValuePtr pinned_already(const ValuePtr& value);
@@ -79,6 +84,13 @@ class SizeTracker {
   ValuePtr slice_of(std::vector<ValuePtr> parts);
   // Whether `value` is such a slice.
   static bool is_symbolic_slice(const ValuePtr& value);
+  // After `result` = `base`[`key`] was recorded: a dimension sliced with bounds that differ by
+  // sizes or a constant (`freqs[pos : pos + T]`, fixed_length_slices) is that long for any
+  // bounds with 0 <= start and stop <= base's size there. The walks take it as that
+  // (NodeFacts::lengths), so Python reading it (`assert freqs.shape == (T, d)`) pins no
+  // position; those two conditions are guarded when a walk first relies on it (a range of an
+  // int input, of a size, a relation of sizes).
+  void note_slice_lengths(const ValuePtr& result, const ValuePtr& base, const ValuePtr& key);
   // Arguments of a call answered at trace time (a metadata query): every number known only at
   // run time, sizes included, pinned (also inside containers).
   void make_constant_args(std::vector<ValuePtr>& args, KwValues& kwargs);
@@ -134,8 +146,16 @@ class SizeTracker {
   ValuePtr size_range(const ValuePtr& value, std::pair<int, int> size, SizeRelation rel, int64_t c);
   // Guards input size (slot, dim) REL c, shown in the guards log as `what` here.
   void guard_range(std::pair<int, int> size, SizeRelation rel, int64_t c, const std::string& what);
-  // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)).
-  std::unordered_set<Node*> reshaped_;
+  // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)),
+  // sizes the guards keep constant.
+  NodeFacts facts_;
+  // The bounds of the slices in facts_.lengths no guard checks yet, and the size they are taken
+  // from; guard_used_lengths() guards those a walk used.
+  struct SliceBounds {
+    ValuePtr start, stop, size;
+  };
+  std::map<std::pair<Node*, int>, SliceBounds> unguarded_lengths_;
+  void guard_used_lengths();
   RankMemo ranks_;
   ExactMemo exact_;
   // Size `size_dim` of the tensor `value` is a size of, as exact input sizes (exact_size), where

@@ -472,6 +472,10 @@ bool Tracer::truthy(const ValuePtr& value) {
       }
       FJ_UNSUPPORTED(kDataDependent, "branch on the value of a tensor");
     case VKind::kSymNum:
+      if (sizes_.holds_frame_int(value)) {
+        if (ValuePtr pinned = sizes_.pinned_already(value)) return truthy(pinned);
+        FJ_UNSUPPORTED(kDataDependent, "branch on a number computed at run time");
+      }
       if (value->int_input) {
         // `if n:` of an int input: `n != 0`, decided (and guarded) as that comparison.
         static PyObject* const kNe = py::object(PyRefs::get().operator_module.attr("ne")).release().ptr();

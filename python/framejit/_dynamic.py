@@ -91,7 +91,12 @@ def plan_symbolic_dims(values, names, pinned, own, dense, dynamic, seen, place):
     plan, any_dims = [], False
     for value, name, fixed, is_own, is_dense in zip(values, names, pinned, own, dense):
         dims = []
-        if isinstance(value, torch.Tensor) and value.dim() > 0 and name:
+        if type(value) is int and name:
+            # An int input (a number read by source that the trace saw change): the number
+            # itself, [-1], a SymInt for the backend (_compile_with_fakes).
+            dims = [-1]
+            any_dims = True
+        elif isinstance(value, torch.Tensor) and value.dim() > 0 and name:
             sizes = tuple(value.shape)
             # Remembered per rank: a function called with tensors of several ranks (einops'
             # rearrange) compiles once per rank, each with its own changed dims.
@@ -144,7 +149,8 @@ def compile_symbolic(backend, gm, example_inputs, dims, names):
                       f"({type(error).__name__}: {str(error)[:300]}); it is compiled for these "
                       f"sizes instead", FramejitWarning, stacklevel=2)
         compiled = backend(gm, example_inputs)
-        guards = [f"L['a{i}'].size()[{d}] == {example_inputs[i].size(d)}"
+        guards = [f"L['a{i}'] == {example_inputs[i]}" if d == -1 else
+                  f"L['a{i}'].size()[{d}] == {example_inputs[i].size(d)}"
                   for i, planned in enumerate(dims) for d in planned]
         check, explain, inputs = _predicate(guards, names)
         return compiled, check, explain, inputs, [_display(g, names) for g in guards]
@@ -165,6 +171,15 @@ def _compile_with_fakes(backend, gm, example_inputs, dims, names):
     mode = FakeTensorMode(shape_env=shape_env)
     fakes, tensors, sources = [], [], []
     for i, (value, symbolic) in enumerate(zip(example_inputs, dims)):
+        if type(value) is int and symbolic == [-1]:
+            # An int input: a SymInt of this ShapeEnv, 0 and 1 included (torch.compile does not
+            # specialise an int argument's 0 and 1 as it does a size's).
+            source = LocalSource(f"a{i}")
+            fake = shape_env.create_unspecified_symint_and_symbol(value, source, DimDynamic.DYNAMIC)
+            fakes.append(fake)
+            tensors.append(fake)
+            sources.append(source)
+            continue
         if not isinstance(value, torch.Tensor):
             fakes.append(value)
             continue

@@ -1051,7 +1051,8 @@ def _grad_mode_classes():
 def _grad_mode_kind(fn) -> CallableKind:
     """The callables the tracer turns into grad / inference mode switches in the graph:
     GRAD_MODE_MANAGER (torch.no_grad, torch.enable_grad), SET_GRAD_ENABLED, INFERENCE_MODE,
-    AUTOCAST (torch.autocast), GRAD_MODE_CLONE (ctx_factory of a @torch.no_grad() wrapper),
+    AUTOCAST (torch.autocast), GRAD_MODE_CLONE (ctx_factory of a @torch.no_grad() or
+    @torch.inference_mode() wrapper),
     GRAD_MODE_WRAPPER (that wrapper), else NOT_TRACED."""
     if fn is torch.no_grad or fn is torch.enable_grad:
         return CallableKind.GRAD_MODE_MANAGER
@@ -1069,18 +1070,24 @@ def _grad_mode_kind(fn) -> CallableKind:
 
 
 def grad_mode_clone_class(fn):
-    """For ``ctx_factory`` of a @torch.no_grad() / @torch.enable_grad() wrapper (the manager's
-    bound ``clone``): the manager's class, else None."""
+    """For ``ctx_factory`` of a @torch.no_grad() / @torch.enable_grad() /
+    @torch.inference_mode(mode) wrapper (the manager's bound ``clone``): the manager's class,
+    else None."""
     owner = getattr(fn, "__self__", None)
-    if (isinstance(fn, types.MethodType) and type(owner) in _grad_mode_classes()
+    if not isinstance(fn, types.MethodType):
+        return None
+    if (type(owner) in _grad_mode_classes()
             and fn.__func__ is torch.autograd.grad_mode._DecoratorContextManager.clone):
         return type(owner)
+    if type(owner) is torch.inference_mode and fn.__func__ is torch.inference_mode.clone:
+        return torch.inference_mode
     return None
 
 
 def is_grad_mode_decorator_wrapper(fn) -> bool:
-    """Whether fn is torch's wrapper of a function decorated with @torch.no_grad() or
-    @torch.enable_grad() (torch/utils/_contextlib.py, context_decorator)."""
+    """Whether fn is torch's wrapper of a function decorated with @torch.no_grad(),
+    @torch.enable_grad() or @torch.inference_mode() (torch/utils/_contextlib.py,
+    context_decorator)."""
     code = fn.__code__
     if code.co_qualname != "context_decorator.<locals>.decorate_context" or not fn.__closure__:
         return False

@@ -79,6 +79,11 @@ def frozen(x):
     return x * 2
 
 
+@torch.inference_mode()
+def inferred(x):
+    return x + 1
+
+
 class Clamped(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x):
@@ -185,7 +190,7 @@ example("sorted(ts, key=lambda t: t.shape[0])")(
     lambda x: sorted([x, x[:2], x[:3]], key=lambda t: t.shape[0])[0].sum() + 1)
 example("super().scale(x)")(lambda x: DERIVED.scale(x * 2) + 1)
 example("Point(x, 2.0)")(lambda x: Point(x * 2, 2.0).t + 1)
-example("frozen(x)")(lambda x: frozen(x * 2) + 1)
+example("frozen(x)")(lambda x: frozen(x * 2) + inferred(x))
 example("Clamped.apply(x)")(lambda x: Clamped.apply(x * 2) + 1)
 example('partial(F.gelu, approximate="tanh")')(
     lambda x: functools.partial(F.gelu, approximate="tanh")(x * 2) + 1)
@@ -726,6 +731,14 @@ def rows_loop(xs):
 example("x.view(x.size(0), -1)")(lambda x: x.view(x.size(0), -1) * 2)
 example("if x.size(0) > 2:")(lambda x: x * 2 if x.size(0) > 2 else x)
 example("x[:, : x.size(1) - 1]")(lambda x: x[:, : x.size(1) - 1] * 2)
+_rotary = torch.randn(16, 8)
+
+
+@example("f = table[pos : pos + 1]; assert f.shape == (1, 8)", make=lambda: (torch.randn(4, 8), 3))
+def position_row(x, pos):
+    f = _rotary[pos: pos + 1]
+    assert f.shape == (1, 8)
+    return x * f
 example('x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1)')(
     lambda x: x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1) * 2)
 example("x[x > 0]")(lambda x: x[x > 0] * 2)

@@ -354,3 +354,71 @@ def test_a_backend_that_cannot_take_fake_inputs_gets_static_sizes_with_one_warni
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             assert same(compiled(x, w), mlp_step(x, w)), b
+
+
+# Ints that change between calls (a position, a step): a graph input after one more compile, as
+# with framejit's own backends, handed to the backend as a SymInt of the ShapeEnv; its guards
+# (ranges from the ops, 0 and 1 as ints guarded equal) join the region's.
+
+def shifted(x, n):
+    return x * n + n // 2
+
+
+def int_backend(name):
+    if name == "callable":
+        return Recording()
+    from torch._inductor.compile_fx import compile_fx
+    return Recording(compile_fx)
+
+
+@pytest.mark.parametrize("backend_name", ["callable", "inductor"])
+def test_an_int_that_varies_is_a_symint_input_for_a_backend_that_compiles_per_size(backend_name, caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    backend = int_backend(backend_name)
+    compiled = framejit.compile(shifted, backend=backend)
+    x = torch.randn(4)
+    calls = [(x, n) for n in range(2, 13)]
+    try:
+        for args in calls:
+            assert same(compiled(*args), shifted(*args)), args
+    finally:
+        framejit.set_logs()
+    assert backend.count == 2 == torch_compile_count(shifted, calls)
+    example = backend.calls[1][0][1]
+    assert isinstance(example, torch.SymInt)
+    assert "sizes symbolic: L['n'] (an int)" in caplog.text
+
+
+def test_an_int_input_takes_0_and_1_as_torch_compile_does():
+    # (unlike a size, an int argument's 0 and 1 are not specialised)
+    backend = Recording()
+    compiled = framejit.compile(shifted, backend=backend)
+    x = torch.randn(4)
+    calls = [(x, n) for n in (2, 3, 0, 1, 4, 0, 7)]
+    for args in calls:
+        assert same(compiled(*args), shifted(*args)), args
+    assert backend.count == 2 == torch_compile_count(shifted, calls)
+
+
+rotary_table = torch.randn(64, 8)
+
+
+def rotate(x, pos):
+    # A decoding step of Meta's reference Llama: a position slices the rotary table, whose
+    # shape is asserted (a Python read of the slice's length).
+    f = rotary_table[pos: pos + x.shape[0]]
+    assert f.shape == x.shape
+    return x * f
+
+
+@pytest.mark.parametrize("backend_name", ["callable", "inductor"])
+def test_a_decoding_position_compiles_twice_with_a_backend_that_compiles_per_size(backend_name):
+    backend = int_backend(backend_name)
+    compiled = framejit.compile(rotate, backend=backend)
+    calls = [(torch.randn(4 if pos == 0 else 1, 8), pos) for pos in [0] + list(range(4, 20))]
+    for args in calls:
+        assert same(compiled(*args), rotate(*args)), args[1]
+    assert backend.count == 2 <= torch_compile_count(rotate, calls)
+    with pytest.raises(AssertionError):  # past the table's end: eager's assertion
+        compiled(torch.randn(1, 8), 64)

@@ -145,14 +145,17 @@ def test_dynamic_true_takes_ints_as_graph_inputs_from_the_first_call():
     assert placeholders == ["x", "n"]
 
 
-def test_dynamic_false_and_callable_backends_specialise_every_value():
+def test_dynamic_false_specialises_every_value_and_a_callable_backend_gets_a_symint():
     x = torch.randn(4)
     assert calls(scaled, [(x, n) for n in range(1, 4)], dynamic=False).frame_count == 3
+    got = []
 
-    def plain_backend(gm, example_inputs):  # compiles per size: numbers stay constants
+    def plain_backend(gm, example_inputs):  # compiles per size: the int comes as a SymInt
+        got.append(example_inputs)
         return gm.forward
 
-    assert calls(scaled, [(x, n) for n in range(1, 4)], backend=plain_backend).frame_count == 3
+    assert calls(scaled, [(x, n) for n in range(1, 6)], backend=plain_backend).frame_count == 2
+    assert isinstance(got[1][1], torch.SymInt)
 
 
 def truthy(x, n):
