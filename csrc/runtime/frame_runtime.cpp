@@ -15,6 +15,7 @@
 
 #include "bytecode/version.h"
 #include "common/fault.h"
+#include "common/pause.h"
 #include "common/check.h"
 #include "graph/graph_runner.h"
 #include "graph/printer.h"
@@ -1218,6 +1219,24 @@ ActiveScope::~ActiveScope() {
 
 int graphs_compiled() { return runtime_state().next_graph_id; }
 
+namespace {
+
+bool is_disable_wrapper(PyCodeObject* code) {
+  // torch._dynamo's DisableContext wrapper code, looked up once (kept for the process's life).
+  static PyObject* const wrapper_code = [] {
+    PauseScope pause;  // the lookup imports Python: its frames must not come back here
+    try {
+      return py::object(PyRefs::get().support.attr("dynamo_disable_code")()).release().ptr();
+    } catch (const std::exception&) {
+      PyErr_Clear();
+      return static_cast<PyObject*>(nullptr);
+    }
+  }();
+  return wrapper_code != nullptr && reinterpret_cast<PyObject*>(code) == wrapper_code;
+}
+
+}  // namespace
+
 }  // namespace framejit
 
 extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int throwflag) {
@@ -1246,6 +1265,23 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
     return result;
   }
   PyCodeObject* code = fj_frame_code(frame);
+  if (is_disable_wrapper(code)) {
+    // torch.compiler.disable(fn) / torch._dynamo.disable(fn) of a user's function: the wrapper
+    // and everything it calls run in plain Python, as under torch.compile (the trace breaks at
+    // a call to it; this keeps the hook off the frames the call then runs).
+    bool honoured = true;
+    try {
+      PauseScope pause;
+      honoured = PyRefs::get().support.attr("honours_disable")(
+                     py::handle(fj_frame_function(frame))).cast<bool>();
+    } catch (const std::exception& e) {
+      PyErr_Clear();
+    }
+    if (honoured) {
+      PauseScope pause;
+      return fj_eval_default(tstate, frame, throwflag);
+    }
+  }
   CodeState* state = nullptr;
   try {
     state = code_state(code);

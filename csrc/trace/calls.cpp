@@ -103,6 +103,23 @@ bool is_python_constant(py::handle value) {
   return false;
 }
 
+// Whether a value computed at trace time is or holds (in tuples, lists, dicts) a real tensor.
+bool holds_real_tensor(py::handle value, int depth = 0) {
+  PyObject* obj = value.ptr();
+  if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(PyRefs::get().tensor_type.ptr()))) return true;
+  if (depth > 8) return false;
+  if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    for (py::handle item : value) {
+      if (holds_real_tensor(item, depth + 1)) return true;
+    }
+  } else if (PyDict_Check(obj)) {
+    for (auto item : py::reinterpret_borrow<py::dict>(value)) {
+      if (holds_real_tensor(item.second, depth + 1)) return true;
+    }
+  }
+  return false;
+}
+
 // A NumPy scalar (np.prod(shape) is an np.int64): a constant of the trace as it is, its type
 // kept (it is no int), the Python number it holds where it reaches a torch call (arg_of).
 bool is_numpy_scalar(py::handle value) {
@@ -1532,6 +1549,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
         return constant_result(callable(*py::tuple(py_args), **py_kwargs), callable_name(callable));
       }
       py::object result = call_python(callable, args, kwargs);
+      if (lru_cached && holds_real_tensor(result)) {
+        // A cached tensor (a rotary table, a mask): the function it wraps is traced instead, as
+        // torch.compile traces through the cache; a real tensor is no constant of the trace.
+        py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
+        if (PyFunction_Check(wrapped.ptr())) {
+          inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));
+          return nullptr;
+        }
+        FJ_UNSUPPORTED(kUnsupportedCall, "{}() returns a tensor from its cache", callable_name(callable));
+      }
       if (lru_cached && !is_python_constant(result)) {
         // Of constants, the object the cache holds, which every later call answers (einops'
         // parsed recipe): a constant of the trace, its attributes read at trace time.

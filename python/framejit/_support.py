@@ -246,6 +246,24 @@ def traced_past_disable(fn):
     return None
 
 
+def dynamo_disable_code():
+    """The code object of the wrapper torch.compiler.disable / torch._dynamo.disable put around a
+    function (DisableContext's ``_fn``, one code object for all of them), or None."""
+    import torch._dynamo.eval_frame
+    call = getattr(torch._dynamo.eval_frame.DisableContext, "__call__", None)
+    for const in getattr(getattr(call, "__code__", None), "co_consts", ()):
+        if isinstance(const, types.CodeType) and const.co_name == "_fn":
+            return const
+    return None
+
+
+def honours_disable(wrapper) -> bool:
+    """Whether a frame of torch.compiler.disable's wrapper ``wrapper`` runs, with all it calls,
+    in plain Python: a user's (or a library's) disable, as torch.compile honours it; not torch's
+    own Python that the policy traces past its disable (traced_past_disable)."""
+    return isinstance(wrapper, types.FunctionType) and traced_past_disable(wrapper) is None
+
+
 # Questions libraries ask to take their compile-friendly paths: True while framejit traces, as under
 # torch.compile (torch.compiler.is_exporting stays False: framejit does not export).
 def _compiling_flags():

@@ -204,6 +204,31 @@ def test_nested_user_call_is_inlined_and_disable_keeps_it_out():
         helper_inner = original
 
 
+def _disabled_helper(x):
+    return x.exp() * 2
+
+
+def _calls_a_torch_disabled_helper(x):
+    return torch_disabled(x) + 1
+
+
+torch_disabled = torch.compiler.disable(_disabled_helper)
+
+
+def test_torch_compiler_disable_keeps_the_function_and_its_callees_out_as_torch_compile_does():
+    # The trace breaks at the call; the wrapper's frame and everything it calls then run with
+    # the hook off (the helper was compiled as a frame of its own before: a graph torch.compile
+    # does not make).
+    counter = CompileCounter()
+    compiled = framejit.compile(_calls_a_torch_disabled_helper, backend=counter)
+    x = torch.randn(3)
+    for _ in range(2):
+        assert same(compiled(x), _calls_a_torch_disabled_helper(x))
+    assert counter.frame_count == 1
+    assert "exp" not in counter.graphs[0].code
+    assert regions(_disabled_helper) == []
+
+
 def test_torch_and_stdlib_frames_are_skipped():
     counter = CompileCounter()
 

@@ -795,6 +795,29 @@ def test_an_lru_cached_function_of_constants_is_called_once_and_folded():
     assert [r["exit"] for r in regions(uses_a_cached_check)] == ["return"]
 
 
+@functools.cache
+def rotary_table(n):
+    return torch.arange(n).float() / n
+
+
+def adds_a_cached_table(x):
+    return x + rotary_table(4)
+
+
+def test_an_lru_cached_function_returning_a_tensor_is_traced_through_as_torch_compile_does():
+    # A real tensor is no constant of the trace (this was a deopt: the meta op met a CPU tensor);
+    # the function the cache wraps is traced, so the graph computes the table (a side effect
+    # of the function would then repeat each call, as under torch.compile).
+    counter = CompileCounter()
+    compiled = framejit.compile(adds_a_cached_table, backend=counter)
+    x = torch.randn(4)
+    for _ in range(3):
+        assert same(compiled(x), adds_a_cached_table(x))
+    assert counter.frame_count == 1
+    assert [r["exit"] for r in regions(adds_a_cached_table)] == ["return"]
+    assert "torch.arange(4)" in counter.graphs[0].code
+
+
 class _Recipe:
     """What einops' cached parser returns: a plain object, read attribute by attribute."""
 
