@@ -59,9 +59,13 @@ What is measured
      one symbolic compile from the first call, the fewest compiles possible.
   6b. A decoding loop driven by an int position: one attention layer with a KV cache written
      and read at `start_pos` (Meta's reference Llama's forward(tokens, start_pos)), a prompt of
-     8 tokens then 48 one-token steps (16 with --quick), in this process under torch.no_grad():
+     8 tokens then 48 one-token steps (16 with --quick), under torch.no_grad(), in this process
+     (the inductor rows each in a child with its own inductor cache, after its CPU probe, as in
+     section 6):
      total wall time including compiles, graphs compiled and whether every output matches eager,
-     for eager, framejit backend "eager" and "native", torch.compile backend "eager".
+     for eager, framejit backend "eager" and "native", torch.compile backend "eager", and
+     framejit vs torch.compile with backend "inductor" (the third compile of both: the first
+     step's input is a view of the prompt's output, with another stride than later steps').
   7. Distributed: DDP on 2 ranks (processes, gloo, one thread each), an MLP of 8
      Linear(512, 512) blocks with 2 MB buckets, batch 64, AdamW: steps/s over 20 steps after 3,
      eager DDP vs framejit (backend eager; backend aot_eager with the bucket split on and off)
@@ -1139,29 +1143,59 @@ def decode_positions(model, prompt, steps):
     return outs
 
 
-def run_positions_section(args):
+def position_run(label, compiler, backend, steps):
+    """One row of section 6b: the decoding loop through `compiler` ("framejit", "dynamo" or None:
+    eager) with `backend`; total ms (compiles included), graphs, whether it matches eager."""
     import torch._dynamo.testing
     from framejit.testing import same
-    steps = 16 if args.quick else 48
     torch.manual_seed(0)
     reference_model = PositionDecoder().eval()
     prompt = torch.randn(1, 8, 64)
-    results = []
     with torch.no_grad():
         expected = decode_positions(copy.deepcopy(reference_model), prompt, steps)
-        for label, compiler, backend in POSITION_RUNS:
-            reset_compilers()
-            model = copy.deepcopy(reference_model)
-            # (framejit's counter keeps its backend's shape-generic mark; Dynamo's eager backend)
-            counter = (framejit.testing.CompileCounter(backend) if compiler == "framejit"
-                       else torch._dynamo.testing.CompileCounterWithBackend(backend))
-            target = model if compiler is None else compile_with(compiler, model, counter)
-            start = time.perf_counter()
-            outs = decode_positions(target, prompt, steps)
-            total = time.perf_counter() - start
-            results.append({"case": label, "steps": steps + 1, "total_ms": total * 1e3,
-                            "graphs": None if compiler is None else counter.frame_count,
-                            "correct": all(same(o, e, rtol=1e-4, atol=1e-5) for o, e in zip(outs, expected))})
+        reset_compilers()
+        model = copy.deepcopy(reference_model)
+        # (framejit's counter keeps its backend's shape-generic mark)
+        counter = (framejit.testing.CompileCounter(backend) if compiler == "framejit"
+                   else torch._dynamo.testing.CompileCounterWithBackend(backend))
+        target = model if compiler is None else compile_with(compiler, model, counter)
+        start = time.perf_counter()
+        outs = decode_positions(target, prompt, steps)
+        total = time.perf_counter() - start
+    return {"case": label, "steps": steps + 1, "total_ms": total * 1e3,
+            "graphs": None if compiler is None else counter.frame_count,
+            "correct": all(same(o, e, rtol=1e-4, atol=1e-5) for o, e in zip(outs, expected))}
+
+
+def child_positions(label, steps):
+    """An inductor row of section 6b in a child with its own inductor cache (as section 6: in
+    one process the second compiler would find the first's kernels), after inductor's CPU
+    probe, which is outside the total: prints JSON."""
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+    pick_vec_isa()
+    _, compiler, backend = next(run for run in POSITION_RUNS if run[0] == label)
+    print(json.dumps(position_run(label, compiler, backend, int(steps))))
+
+
+def run_positions_section(args):
+    import tempfile
+    steps = 16 if args.quick else 48
+    results = []
+    for label, compiler, backend in POSITION_RUNS:
+        if backend != "inductor":
+            results.append(position_run(label, compiler, backend, steps))
+            continue
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TORCHINDUCTOR_FX_GRAPH_CACHE="0")
+            proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--child-positions",
+                                   label, str(steps)],
+                                  capture_output=True, text=True, env=env, timeout=900)
+        try:
+            results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+        except (ValueError, IndexError):
+            print(proc.stderr[-2000:], flush=True)
+            results.append({"case": label, "steps": steps + 1, "total_ms": None, "graphs": None,
+                            "correct": False})
     return results
 
 
@@ -1459,12 +1493,17 @@ def main():
                         help=argparse.SUPPRESS)
     parser.add_argument("--child-dynamic", nargs=2, metavar=("COMPILER", "CASE"),
                         help=argparse.SUPPRESS)
+    parser.add_argument("--child-positions", nargs=2, metavar=("RUN", "STEPS"),
+                        help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child_trace:
         child_trace(*args.child_trace)
         return
     if args.child_dynamic:
         child_dynamic(*args.child_dynamic)
+        return
+    if args.child_positions:
+        child_positions(*args.child_positions)
         return
     os.makedirs(RESULTS_DIR, exist_ok=True)
     started = time.perf_counter()
