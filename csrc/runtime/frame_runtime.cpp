@@ -1222,16 +1222,20 @@ int graphs_compiled() { return runtime_state().next_graph_id; }
 namespace {
 
 bool is_disable_wrapper(PyCodeObject* code) {
-  // torch._dynamo's DisableContext wrapper code, looked up once (kept for the process's life).
-  static PyObject* const wrapper_code = [] {
+  // torch._dynamo's DisableContext wrapper code, looked up on the first frame (kept for the
+  // process's life). No C++ static guard: the lookup runs Python, which may let another thread
+  // in (the GIL orders these plain statics); frames meanwhile see no wrapper.
+  static bool looked_up = false;
+  static PyObject* wrapper_code = nullptr;
+  if (!looked_up) {
+    looked_up = true;
     PauseScope pause;  // the lookup imports Python: its frames must not come back here
     try {
-      return py::object(PyRefs::get().support.attr("dynamo_disable_code")()).release().ptr();
+      wrapper_code = py::object(PyRefs::get().support.attr("dynamo_disable_code")()).release().ptr();
     } catch (const std::exception&) {
       PyErr_Clear();
-      return static_cast<PyObject*>(nullptr);
     }
-  }();
+  }
   return wrapper_code != nullptr && reinterpret_cast<PyObject*>(code) == wrapper_code;
 }
 

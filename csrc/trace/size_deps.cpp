@@ -1416,8 +1416,11 @@ bool bound_form(const Arg& arg, int64_t scale, NumberSum& sum, int depth = 0) {
     if (!PyLong_CheckExact(arg.value.ptr())) return false;
     int overflow = 0;
     const int64_t n = PyLong_AsLongLongAndOverflow(arg.value.ptr(), &overflow);
-    if (overflow != 0 || n >= kLargestOffset || n <= -kLargestOffset) return false;
-    offset += scale * n;
+    int64_t scaled = 0;
+    if (overflow != 0 || __builtin_mul_overflow(scale, n, &scaled) ||
+        __builtin_add_overflow(offset, scaled, &offset)) {
+      return false;
+    }
     return offset < kLargestOffset && offset > -kLargestOffset;
   }
   if (arg.kind != Arg::Kind::kNode) return false;
@@ -1481,7 +1484,11 @@ std::vector<FixedSlice> fixed_length_slices(const Node* node) {
       Node* number = it->first;
       known = known && number->kind != NodeKind::kPlaceholder && number->fake &&
               PyLong_CheckExact(number->fake.ptr());
-      if (known) now += it->second * number->fake.cast<int64_t>();
+      int overflow = 0;
+      const int64_t value = known ? PyLong_AsLongLongAndOverflow(number->fake.ptr(), &overflow) : 0;
+      int64_t term = 0;
+      known = known && overflow == 0 && !__builtin_mul_overflow(it->second, value, &term) &&
+              !__builtin_add_overflow(now, term, &now);
       ++it;
     }
     if (!known || now < 0 || size_at(node, dim) != now) continue;

@@ -93,7 +93,7 @@ void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
 // A dimension of a tensor indexed with a slice the graph makes whose bounds differ by a sum of
 // graph numbers no int input is in: stop - start = `length` (`x[:, s : s + 1]`,
 // `freqs[pos : pos + T]`, `h[:, T - 1 : T]`), step 1, and the trace's result that long there.
-// It is that long for other bounds while 0 <= start and stop <= the input's size `in_dim`,
+// It is that long for other bounds while 0 <= start <= stop <= the input's size `in_dim`,
 // which whoever relies on it guards.
 struct FixedSlice {
   int out_dim = -1;

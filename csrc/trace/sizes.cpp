@@ -274,16 +274,29 @@ void SizeTracker::note_slice_lengths(const ValuePtr& result, const ValuePtr& bas
     FJ_CHECK(slice != nullptr, "no slice of the key makes node {}", fixed.slice->name);
     SliceBounds bounds{slice->items[0], slice->items[1],
                        tensor_size(base, fixed.in_dim, "the size a slice is taken from")};
-    // A start that wrapped around from the end, a stop past the end: no length is assumed.
-    if ((!bounds.start->obj.is_none() && !le(py::int_(0), bounds.start->obj).cast<bool>()) ||
-        !le(bounds.stop->obj, bounds.size->obj).cast<bool>()) {
-      continue;
-    }
+    // A start that wrapped around from the end, bounds crossed, a stop past the end: no length
+    // is assumed.
+    bool hold = true;
+    for (const auto& [lhs, rhs] : bounds.conditions()) hold = hold && le(lhs->obj, rhs->obj).cast<bool>();
+    if (!hold) continue;
     const std::pair<Node*, int> at{result->node, fixed.out_dim};
     facts_.lengths[at] = std::move(fixed.length);
     unguarded_lengths_[at] = std::move(bounds);
     exact_.erase(at);
   }
+}
+
+std::vector<std::pair<ValuePtr, ValuePtr>> SizeTracker::SliceBounds::conditions() const {
+  const ValuePtr zero = Value::constant(py::int_(0));
+  std::vector<std::pair<ValuePtr, ValuePtr>> out;  // lhs <= rhs
+  if (start->obj.is_none()) {
+    out.emplace_back(zero, stop);  // [:stop]: a negative stop counts from the end
+  } else {
+    out.emplace_back(zero, start);
+    out.emplace_back(start, stop);  // crossed bounds give nothing, not a negative length
+  }
+  out.emplace_back(stop, size);
+  return out;
 }
 
 void SizeTracker::guard_used_lengths() {
@@ -307,12 +320,9 @@ void SizeTracker::guard_used_lengths() {
           if (leaf->size_of) note_dim_read(leaf->size_of, leaf->size_dim, "a size beside a position in a slice");
         }
       }
-      // 0 <= start and stop <= size, true now: guarded as decide() guards a branch.
+      // 0 <= start <= stop <= size, true now: guarded as decide() guards a branch.
       py::object le = PyRefs::get().operator_module.attr("le");
-      std::vector<std::pair<ValuePtr, ValuePtr>> conditions;
-      if (!bounds.start->obj.is_none()) conditions.emplace_back(Value::constant(py::int_(0)), bounds.start);
-      conditions.emplace_back(bounds.stop, bounds.size);
-      for (const auto& [lhs, rhs] : conditions) {
+      for (const auto& [lhs, rhs] : bounds.conditions()) {
         if (lhs->kind == VKind::kSymNum || rhs->kind == VKind::kSymNum) {
           decide(Value::sym_num(le, {lhs, rhs}, py::bool_(true)));
         }

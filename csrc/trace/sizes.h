@@ -86,7 +86,7 @@ class SizeTracker {
   static bool is_symbolic_slice(const ValuePtr& value);
   // After `result` = `base`[`key`] was recorded: a dimension sliced with bounds that differ by
   // sizes or a constant (`freqs[pos : pos + T]`, fixed_length_slices) is that long for any
-  // bounds with 0 <= start and stop <= base's size there. The walks take it as that
+  // bounds with 0 <= start <= stop <= base's size there. The walks take it as that
   // (NodeFacts::lengths), so Python reading it (`assert freqs.shape == (T, d)`) pins no
   // position; those two conditions are guarded when a walk first relies on it (a range of an
   // int input, of a size, a relation of sizes).
@@ -153,6 +153,9 @@ class SizeTracker {
   // from; guard_used_lengths() guards those a walk used.
   struct SliceBounds {
     ValuePtr start, stop, size;
+    // What makes the slice stop - start long: 0 <= start <= stop <= size (a None start:
+    // 0 <= stop <= size), as (lhs, rhs) of lhs <= rhs.
+    std::vector<std::pair<ValuePtr, ValuePtr>> conditions() const;
   };
   std::map<std::pair<Node*, int>, SliceBounds> unguarded_lengths_;
   void guard_used_lengths();

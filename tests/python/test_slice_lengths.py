@@ -180,3 +180,25 @@ def test_a_prefix_of_a_table_is_as_long_as_the_input_under_a_size_relation(caplo
     assert counter.frame_count == 2  # length 1 takes the other branch
     assert "SIZE_RELATION L['positions'].size(1) >= L['x'].size(1)" in caplog.text
     assert "size(1) in [2, inf]" in caplog.text
+
+
+def all_but_three(x):
+    y = x[: x.shape[0] - 3]
+    if y.shape[0] == 1:
+        return y + 100
+    return y - 100
+
+
+def middle(x):
+    y = x[2: x.shape[0] - 1]
+    if y.shape[0] == 0:
+        return x.sum() + 100
+    return y.sum()
+
+
+@pytest.mark.parametrize("fn", [all_but_three, middle])
+def test_a_length_that_would_go_negative_is_guarded_not_assumed(fn):
+    # [: T - 3] is T - 3 long only while T >= 3 (below, a negative stop counts from the end);
+    # [2 : T - 1] only while 2 <= T - 1 (crossed bounds give nothing). Found in review: the
+    # first version guarded 0 <= start and stop <= size only, and T = 2 took the wrong branch.
+    run(fn, [(torch.randn(n),) for n in (6, 7, 4, 2, 3, 1, 9)])
