@@ -1278,7 +1278,7 @@ extern "C" PyObject* fj_on_frame(PyThreadState* tstate, FjFrame* frame, int thro
       PauseScope pause;
       honoured = PyRefs::get().support.attr("honours_disable")(
                      py::handle(fj_frame_function(frame))).cast<bool>();
-    } catch (const std::exception& e) {
+    } catch (const std::exception&) {
       PyErr_Clear();
     }
     if (honoured) {

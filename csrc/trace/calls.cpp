@@ -1459,6 +1459,14 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
   }
   const bool lru_cached = PyObject_TypeCheck(callable.ptr(),
                                              reinterpret_cast<PyTypeObject*>(refs.lru_cache_type.ptr()));
+  // The function an lru_cache wraps, traced in the cache's place (as torch.compile traces through
+  // the cache); false where it wraps no Python function.
+  auto trace_through_cache = [&]() {
+    py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
+    if (!PyFunction_Check(wrapped.ptr())) return false;
+    inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));
+    return true;
+  };
   if (kind == CallableKind::kBuiltin && !any_tensor(args, kwargs)) {
     bool symbolic = false;
     bool sizes = false;
@@ -1472,11 +1480,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       // tensor's sizes): the function it wraps is traced, so the sizes stay the graph's, as
       // torch.compile traces through the cache. (Only then: a body traced on every call would
       // repeat side effects the cache runs once, a "warn once" helper's.)
-      py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
-      if (PyFunction_Check(wrapped.ptr())) {
-        inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));
-        return nullptr;
-      }
+      if (trace_through_cache()) return nullptr;
     }
     if (symbolic && kwargs.empty()) {
       // A pure builtin of numbers known only at run time (float(s), round(s, 2), max(s, 0)).
@@ -1550,13 +1554,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args, KwValues k
       }
       py::object result = call_python(callable, args, kwargs);
       if (lru_cached && holds_real_tensor(result)) {
-        // A cached tensor (a rotary table, a mask): the function it wraps is traced instead, as
-        // torch.compile traces through the cache; a real tensor is no constant of the trace.
-        py::object wrapped = py::getattr(callable, "__wrapped__", py::none());
-        if (PyFunction_Check(wrapped.ptr())) {
-          inline_call(Value::object(wrapped), wrapped, std::move(args), std::move(kwargs));
-          return nullptr;
-        }
+        // A cached tensor (a rotary table, a mask): the function it wraps is traced instead; a
+        // real tensor is no constant of the trace.
+        if (trace_through_cache()) return nullptr;
         FJ_UNSUPPORTED(kUnsupportedCall, "{}() returns a tensor from its cache", callable_name(callable));
       }
       if (lru_cached && !is_python_constant(result)) {

@@ -43,7 +43,7 @@ struct NodeFacts {
   std::unordered_set<Node*> reshaped;
   // Sizes that, for every input the region's guards admit, are a sum of graph numbers: a slice
   // whose bounds differ by that (`table[pos : pos + T]` is T long) within the tensor it is
-  // taken from (SizeTracker::note_slice_lengths guards that once a walk uses it), by (node, dim).
+  // taken from (SizeTracker::guard_used_lengths guards that once a walk uses it), by (node, dim).
   std::map<std::pair<Node*, int>, NumberSum> lengths;
   // Those the walks relied on (their guards are then due).
   mutable std::set<std::pair<Node*, int>> used;

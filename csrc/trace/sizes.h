@@ -88,8 +88,8 @@ class SizeTracker {
   // sizes or a constant (`freqs[pos : pos + T]`, fixed_length_slices) is that long for any
   // bounds with 0 <= start <= stop <= base's size there. The walks take it as that
   // (NodeFacts::lengths), so Python reading it (`assert freqs.shape == (T, d)`) pins no
-  // position; those two conditions are guarded when a walk first relies on it (a range of an
-  // int input, of a size, a relation of sizes).
+  // position; those conditions are guarded when a walk first relies on it (a range of an
+  // int input, of a size, a relation of sizes: guard_used_lengths).
   void note_slice_lengths(const ValuePtr& result, const ValuePtr& base, const ValuePtr& key);
   // Arguments of a call answered at trace time (a metadata query): every number known only at
   // run time, sizes included, pinned (also inside containers).
@@ -147,7 +147,7 @@ class SizeTracker {
   // Guards input size (slot, dim) REL c, shown in the guards log as `what` here.
   void guard_range(std::pair<int, int> size, SizeRelation rel, int64_t c, const std::string& what);
   // Nodes whose tensor changed shape in place after they were made (x.t_(), x.unsqueeze_(0)),
-  // sizes the guards keep constant.
+  // and the lengths of slices the walks take as sums of sizes (see NodeFacts).
   NodeFacts facts_;
   // The bounds of the slices in facts_.lengths no guard checks yet, and the size they are taken
   // from; guard_used_lengths() guards those a walk used.
