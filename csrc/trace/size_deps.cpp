@@ -695,6 +695,122 @@ std::optional<DimRule> spatial_rule(const Node* node, const std::string& text, i
   return rule_of(DimRule::How::kEqual, {{input, dim}});
 }
 
+// What makes size `dim` of `node` a SizeAtom: the atom (its `in` not filled), the input size it
+// is a function of, and the sizes it takes as constants (a kernel's: its weight's).
+struct AtomSource {
+  SizeAtom atom;
+  Node* input = nullptr;
+  int in_dim = -1;
+  std::vector<std::pair<Node*, int>> pins;
+};
+
+// A convolution's or pooling's parameter for spatial dimension `i` of `spatial`: an int for
+// all, or one per dimension; `fallback` where not passed (or None).
+std::optional<int64_t> window_param(const Node* node, size_t index, const char* keyword, int i,
+                                    int spatial, int64_t fallback) {
+  const Arg* arg = arg_at(node, index, keyword);
+  if (arg == nullptr || (arg->kind == Arg::Kind::kConst && arg->value.is_none())) return fallback;
+  if (std::optional<int64_t> all = const_int(arg)) return all;
+  std::vector<Arg> items;
+  if (!sequence_items(*arg, items)) return std::nullopt;
+  if (items.empty()) return fallback;  // max_pool2d(x, 2, stride=[]): the kernel size
+  if (items.size() != 1 && static_cast<int>(items.size()) != spatial) return std::nullopt;
+  return const_int(&items[items.size() == 1 ? 0 : static_cast<size_t>(i)]);
+}
+
+std::optional<AtomSource> window_atom(Node* node, int dim) {
+  const std::string& text = node->target_text;
+  const bool conv = base_name_in(text, {"conv1d", "conv2d", "conv3d"});
+  const bool max_pool = base_name_in(text, {"max_pool1d", "max_pool2d", "max_pool3d"});
+  const bool avg_pool = base_name_in(text, {"avg_pool1d", "avg_pool2d", "avg_pool3d"});
+  if ((!conv && !max_pool && !avg_pool) || node->tuple_result) return std::nullopt;
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  if (!input || rank_of(input) != rank_of(node) || dim >= rank_of(node)) return std::nullopt;
+  const int spatial = text[text.size() - 2] - '0';
+  const int leading = rank_of(node) - spatial;  // 2 batched, 1 unbatched
+  if (leading < 1 || leading > 2 || dim < leading) return std::nullopt;
+  const int i = dim - leading;
+  AtomSource source;
+  source.input = input;
+  source.in_dim = dim;
+  std::optional<int64_t> kernel, stride, padding, dilation = 1;
+  if (conv) {
+    Node* weight = tensor_arg(arg_at(node, 1, "weight"));
+    if (!weight || rank_of(weight) != spatial + 2) return std::nullopt;
+    kernel = size_at(weight, 2 + i);
+    source.pins.emplace_back(weight, 2 + i);
+    stride = window_param(node, 3, "stride", i, spatial, 1);
+    const Arg* pad = arg_at(node, 4, "padding");
+    if (pad != nullptr && pad->kind == Arg::Kind::kConst && PyUnicode_Check(pad->value.ptr())) {
+      const std::string how = py::str(pad->value).cast<std::string>();
+      if (how == "same") {  // (stride 1 only): the input's size
+        source.atom.add = 0;
+        source.atom.divisor = 1;
+        source.atom.plus = 0;
+        return source;
+      }
+      if (how != "valid") return std::nullopt;
+      padding = 0;
+    } else {
+      padding = window_param(node, 4, "padding", i, spatial, 0);
+    }
+    dilation = window_param(node, 5, "dilation", i, spatial, 1);
+  } else {
+    kernel = window_param(node, 1, "kernel_size", i, spatial, -1);
+    if (!kernel || *kernel < 1) return std::nullopt;
+    stride = window_param(node, 2, "stride", i, spatial, *kernel);
+    padding = window_param(node, 3, "padding", i, spatial, 0);
+    if (max_pool) dilation = window_param(node, 4, "dilation", i, spatial, 1);
+    const Arg* ceil_mode = arg_at(node, max_pool ? 5 : 4, "ceil_mode");
+    if (ceil_mode != nullptr &&
+        (ceil_mode->kind != Arg::Kind::kConst || ceil_mode->value.ptr() != Py_False)) {
+      return std::nullopt;  // ceil_mode=True: another formula, not modelled
+    }
+  }
+  if (!kernel || !stride || !padding || !dilation || *kernel < 1 || *stride < 1 ||
+      *padding < 0 || *dilation < 1 || *kernel > (int64_t{1} << 20) ||
+      *dilation > (int64_t{1} << 20) || *padding > (int64_t{1} << 30)) {
+    return std::nullopt;
+  }
+  source.atom.add = 2 * *padding - *dilation * (*kernel - 1) - 1;
+  source.atom.divisor = *stride;
+  source.atom.plus = 1;
+  return source;
+}
+
+// x[start:stop:step] with constant ints (or None) along `dim` of a basic index.
+std::optional<AtomSource> slice_atom(Node* node, int dim) {
+  if (node->infix != "[]" || node->args.empty() || !tensor_arg(&node->args[0])) return std::nullopt;
+  Node* base = node->args[0].node;
+  std::optional<IndexSource> source = index_source(node, base, dim);
+  if (!source || source->dim < 0 || source->slice_node != nullptr || !PySlice_Check(source->entry)) {
+    return std::nullopt;
+  }
+  auto* slice = reinterpret_cast<PySliceObject*>(source->entry);
+  auto bound = [](PyObject* value, std::optional<int64_t>& out) {
+    if (value == Py_None) return true;
+    if (!PyLong_CheckExact(value)) return false;
+    int overflow = 0;
+    const int64_t n = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (overflow != 0 || n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) return false;
+    out = n;
+    return true;
+  };
+  AtomSource out;
+  out.atom.kind = SizeAtom::Kind::kSlice;
+  std::optional<int64_t> step;
+  if (!bound(slice->start, out.atom.start) || !bound(slice->stop, out.atom.stop) ||
+      !bound(slice->step, step) || (step && (*step < 1 || *step > (int64_t{1} << 20)))) {
+    return std::nullopt;
+  }
+  out.atom.step = step.value_or(1);
+  // From the end to a place from the start (x[-5:7]): longer, then shorter, as the size grows.
+  if (out.atom.start && *out.atom.start < 0 && out.atom.stop && *out.atom.stop >= 0) return std::nullopt;
+  out.input = base;
+  out.in_dim = source->dim;
+  return out;
+}
+
 // The rule of the op that made `node` for its size `dim`; nullopt where framejit knows none
 // (then the size depends on every size of every argument).
 std::optional<DimRule> dim_rule(Node* node, int dim) {
@@ -1002,8 +1118,8 @@ bool add_scaled(LinearSize& into, const LinearSize& other, int64_t scale) {
 class Exact {
  public:
   Exact(const NodeFacts& facts, RankMemo& ranks, ExactMemo& memo,
-        const std::function<bool(Node*)>& pinnable)
-      : facts_(facts), ranks_(ranks), memo_(memo), pinnable_(pinnable) {}
+        const std::function<bool(Node*)>& pinnable, SizeAtoms* atoms)
+      : facts_(facts), ranks_(ranks), memo_(memo), pinnable_(pinnable), atoms_(atoms) {}
 
   std::optional<LinearSize> size(Node* node, int dim) {
     auto key = std::make_pair(node, dim);
@@ -1060,10 +1176,38 @@ class Exact {
     // A size that depends on no input size is the constant it has now.
     SizeDeps deps;
     add_size_deps(node, dim, facts_, ranks_, deps);
-    if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return std::nullopt;
+    if (deps.all || !deps.dims.empty() || !deps.numbers.empty()) return atoms_ ? atom(node, dim) : std::nullopt;
     LinearSize fixed;
     fixed.offset = size_at(node, dim);
     return fixed;
+  }
+
+  // Atom mode: a convolution's, pooling's or constant slice's size as a term of its own, its
+  // definition in atoms_ (its input's size exact too, the kernel's pinned).
+  std::optional<LinearSize> atom(Node* node, int dim) {
+    std::optional<AtomSource> source = window_atom(node, dim);
+    if (!source) source = slice_atom(node, dim);
+    if (!source) return std::nullopt;
+    std::optional<LinearSize> in = size(source->input, source->in_dim);
+    if (!in) return std::nullopt;
+    source->atom.in = std::move(*in);
+    // The kernel's size is the constant it is now: any input's (a weight passed in, not only
+    // a parameter), pinned by whoever relies on the atom.
+    for (const auto& [pin_node, pin_dim] : source->pins) {
+      std::optional<LinearSize> part = size(pin_node, pin_dim);
+      if (!part) return std::nullopt;
+      for (const auto& [key, factor] : part->terms) {
+        if (key.first->kind != NodeKind::kPlaceholder) return std::nullopt;
+        source->atom.in.pinned.insert(key);
+      }
+      source->atom.in.pinned.insert(part->pinned.begin(), part->pinned.end());
+    }
+    const int64_t now = size_at(node, dim);
+    if (source->atom.at(value_now(source->atom.in)) != now) return std::nullopt;  // a rule misread
+    (*atoms_)[{node, dim}] = std::move(source->atom);
+    LinearSize term;
+    term.terms[{node, dim}] = 1;
+    return term;
   }
 
   // A sum of pinnable sizes only becomes the constant it is now (its sizes listed as pinned);
@@ -1283,7 +1427,14 @@ class Exact {
             pinned_ones.insert(part->pinned.begin(), part->pinned.end());
             continue;
           }
-          if (chosen && !(*chosen == *part)) return std::nullopt;
+          if (chosen && !(*chosen == *part)) {
+            // Atom mode: two sizes that differ as sums may be equal as functions (the slice
+            // of a padded convolution's output and that convolution's input); the one chosen
+            // is the result while it is not 1, as where the other is unknown.
+            if (!atoms_) return std::nullopt;
+            unknown = true;
+            continue;
+          }
           if (chosen) part->not_one.insert(chosen->not_one.begin(), chosen->not_one.end());
           chosen = part;
         }
@@ -1402,6 +1553,7 @@ class Exact {
   RankMemo& ranks_;
   ExactMemo& memo_;
   const std::function<bool(Node*)>& pinnable_;
+  SizeAtoms* atoms_;
   int depth_ = 0;
 };
 
@@ -1531,7 +1683,7 @@ void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
     all_argument_sizes(split, from);
   } else {
     // from[0] is the split dimension; the rest, split sizes or counts given as sizes.
-    Exact exact(facts, ranks, memo, pinnable);
+    Exact exact(facts, ranks, memo, pinnable, nullptr);
     std::optional<LinearSize> size = exact.size(from[0].first, from[0].second);
     if (size && from.size() == 1 && size->not_one.empty() && base_name_in(split->target_text, {"chunk"})) {
       // chunk(k) of k * (a sum of sizes): k pieces of that sum each, whatever the sizes (k empty
@@ -1560,14 +1712,33 @@ void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
   walk.run();
 }
 
+__int128 SizeAtom::at(__int128 value) const {
+  if (kind == Kind::kWindow) {
+    const __int128 top = value + add;
+    __int128 quotient = top / divisor;
+    if (top % divisor != 0 && top < 0) --quotient;  // floor, not truncation
+    return quotient + plus;
+  }
+  const __int128 n = value < 0 ? 0 : value;  // (below 0 no tensor exists: 0 keeps it monotone)
+  auto clamped = [n](const std::optional<int64_t>& bound, __int128 none) -> __int128 {
+    if (!bound) return none;
+    __int128 at = *bound < 0 ? n + *bound : __int128{*bound};
+    return at < 0 ? 0 : (at > n ? n : at);
+  };
+  const __int128 first = clamped(start, 0);
+  const __int128 last = clamped(stop, n);
+  return last > first ? (last - first + step - 1) / step : 0;
+}
+
 bool LinearSize::operator==(const LinearSize& other) const {
   return offset == other.offset && terms == other.terms;
 }
 
 std::optional<LinearSize> exact_size(Node* node, int dim, const NodeFacts& facts,
                                      RankMemo& ranks, ExactMemo& memo,
-                                     const std::function<bool(Node*)>& pinnable) {
-  Exact exact(facts, ranks, memo, pinnable);
+                                     const std::function<bool(Node*)>& pinnable,
+                                     SizeAtoms* atoms) {
+  Exact exact(facts, ranks, memo, pinnable, atoms);
   return exact.size(node, dim);
 }
 

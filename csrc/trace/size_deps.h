@@ -73,14 +73,37 @@ struct LinearSize {
 // Results of exact_size by (node, dim), valid while no node is added to `reshaped`.
 using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;
 
+// A size no sum of input sizes gives, but a monotone function of one size `in` does: the
+// spatial size of a convolution or a pooling, floor((in + add) / divisor) + 1 (`add` is twice
+// the padding less the kernel's span; padding="same": `in` itself), or the length of a
+// constant slice of a dimension `in` long (`h[:, :, :-1]`, `x[2:]`; start < 0 with stop >= 0,
+// the one form whose length is not monotone in `in`, is none). As `in` grows the size never
+// shrinks, and `in` is a sum of input sizes and other atoms, so a comparison of such a size
+// with a constant holds on a range of one input size (SizeTracker::decide).
+struct SizeAtom {
+  enum class Kind { kWindow, kSlice };
+  Kind kind = Kind::kWindow;
+  LinearSize in;
+  int64_t add = 0, divisor = 1, plus = 1;  // kWindow: floor((in + add) / divisor) + plus
+  std::optional<int64_t> start, stop;      // kSlice: in[start:stop:step] (None: nullopt)
+  int64_t step = 1;
+  // The size for `in` = value (any int: the function extends to all of them, still monotone).
+  __int128 at(__int128 value) const;
+};
+// Atoms by the (node, dim) term that stands for them in a LinearSize.
+using SizeAtoms = std::map<std::pair<Node*, int>, SizeAtom>;
+
 // Size `dim` of tensor node `node` (dim -1: the value of an int node) as a LinearSize, where
 // the rules of the ops that made it say exactly what it is (a transpose moves a size, a view
 // takes its size expression, cat adds its pieces', broadcasting keeps the one that is not 1,
 // a size that depends on no input is a constant); nullopt where they do not. Sizes of the
 // placeholders `pinnable` accepts may be taken as constants where a product needs them to be.
+// With `atoms` (and a memo of its own), a size that is a SizeAtom is a term of its own, keyed
+// by its node and dim (no placeholder), and its definition is added to `atoms`.
 std::optional<LinearSize> exact_size(Node* node, int dim, const NodeFacts& facts,
                                      RankMemo& ranks, ExactMemo& memo,
-                                     const std::function<bool(Node*)>& pinnable);
+                                     const std::function<bool(Node*)>& pinnable,
+                                     SizeAtoms* atoms = nullptr);
 
 // Adds to `out` what the number of tensors a split / chunk / unbind node returns depends on:
 // the input sizes of the split dimension's size where that is exact (a chunk of a parameter's

@@ -441,10 +441,12 @@ ValuePtr SizeTracker::pinned_already(const ValuePtr& value) {
   return Value::constant(value->obj);
 }
 
-std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value) {
+std::optional<LinearSize> SizeTracker::exact_size_of(const ValuePtr& value, SizeAtoms* atoms) {
   Node* node = value->size_of ? value->size_of->node : nullptr;
   if (node == nullptr) return std::nullopt;
-  std::optional<LinearSize> exact = exact_size(node, value->size_dim, facts_, ranks_, exact_, module_state_);
+  ExactMemo own;  // atom mode's results differ: a memo of their own
+  std::optional<LinearSize> exact = exact_size(node, value->size_dim, facts_, ranks_,
+                                               atoms ? own : exact_, module_state_, atoms);
   guard_used_lengths();
   return exact;
 }
@@ -474,6 +476,68 @@ std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
   return {slot, value->size_dim};
 }
 
+bool SizeTracker::linear_form(const ValuePtr& v, int64_t scale, SizeForm& form, SizeAtoms* atoms) {
+  auto add_term = [&form](const void* key, int dim, int64_t factor, int slot) {
+    FormTerm& term = form.terms[{key, dim}];
+    term.factor += factor;
+    term.slot = slot;
+    term.dim = dim;
+  };
+  if (v->is_const() && PyLong_CheckExact(v->obj.ptr())) {
+    int overflow = 0;
+    const int64_t n = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
+    if (overflow != 0 || n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) return false;
+    form.offset += scale * n;
+    return true;
+  }
+  if (v->kind != VKind::kSymNum) return false;
+  if (v->size_of) {  // size d of a tensor (an input's, or one the graph makes)
+    std::optional<LinearSize> exact = exact_size_of(v, atoms);
+    if (!exact) {
+      add_term(v->size_of.get(), v->size_dim, scale, -1);
+      return true;
+    }
+    for (const auto& [key, factor] : exact->terms) {
+      add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
+    }
+    for (const auto& key : exact->not_one) form.not_one.insert(key);
+    form.pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
+    form.offset += scale * exact->offset;
+    return true;
+  }
+  if (v->int_input) {
+    FormTerm& term = form.terms[{v.get(), -1}];
+    term.factor += scale;
+    term.slot = v->source;
+    term.int_input = true;
+    return true;
+  }
+  if (!v->fn) return false;
+  const std::string op = py::str(v->fn.attr("__name__")).cast<std::string>();
+  if ((op == "add" || op == "sub") && v->items.size() == 2) {
+    return linear_form(v->items[0], scale, form, atoms) &&
+           linear_form(v->items[1], op == "add" ? scale : -scale, form, atoms);
+  }
+  if (op == "mul" && v->items.size() == 2) {  // bsz * num_heads: a size times an int
+    for (int side = 0; side < 2; ++side) {
+      const ValuePtr& factor = v->items[side];
+      if (!factor->is_const() || !PyLong_CheckExact(factor->obj.ptr())) continue;
+      int overflow = 0;
+      const int64_t n = PyLong_AsLongLongAndOverflow(factor->obj.ptr(), &overflow);
+      int64_t scaled = 0;
+      if (overflow != 0 || __builtin_mul_overflow(scale, n, &scaled) || scaled > (int64_t{1} << 40) ||
+          scaled < -(int64_t{1} << 40)) {
+        return false;
+      }
+      return linear_form(v->items[1 - side], scaled, form, atoms);
+    }
+    return false;
+  }
+  if (op == "neg" && v->items.size() == 1) return linear_form(v->items[0], -scale, form, atoms);
+  if (op == "pos" && v->items.size() == 1) return linear_form(v->items[0], scale, form, atoms);
+  return false;
+}
+
 ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (value->kind != VKind::kSymNum || !value->fn || value->items.size() != 2 ||
       !PyBool_Check(value->obj.ptr())) {
@@ -488,80 +552,14 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (value->obj.ptr() != Py_True) rel = negated(rel);
   if (ValuePtr decided = decide_empty(value, rel)) return decided;
   // Both sides as sums of inputs' sizes times ints plus an int (`kv_length == q_length` with
-  // kv_length = q_length + past): their difference decides what to guard. A size of a tensor
-  // the graph made counts as the input sizes it is exactly (exact_size), else as itself (it
-  // then cancels only against itself).
-  struct Term {
-    int64_t factor = 0;
-    int slot = -1;  // the input slot of a placeholder's size or an int input, -1 for any other size
-    int dim = -1;
-    bool int_input = false;  // an int input's value (Value::int_input), not a size
-  };
-  std::map<std::pair<const void*, int>, Term> terms;
-  std::set<std::pair<Node*, int>> not_one;  // conditions of the exact sizes used (LinearSize)
-  SizeDeps pinned;                          // module state sizes they took as constants
-  int64_t offset = 0;
-  auto add_term = [&](const void* key, int dim, int64_t factor, int slot) {
-    Term& term = terms[{key, dim}];
-    term.factor += factor;
-    term.slot = slot;
-    term.dim = dim;
-  };
-  std::function<bool(const ValuePtr&, int64_t)> linear = [&](const ValuePtr& v, int64_t scale) {
-    if (v->is_const() && PyLong_CheckExact(v->obj.ptr())) {
-      int overflow = 0;
-      const int64_t n = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
-      if (overflow != 0 || n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) return false;
-      offset += scale * n;
-      return true;
-    }
-    if (v->kind != VKind::kSymNum) return false;
-    if (v->size_of) {  // size d of a tensor (an input's, or one the graph makes)
-      std::optional<LinearSize> exact = exact_size_of(v);
-      if (!exact) {
-        add_term(v->size_of.get(), v->size_dim, scale, -1);
-        return true;
-      }
-      for (const auto& [key, factor] : exact->terms) {
-        add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
-      }
-      for (const auto& key : exact->not_one) not_one.insert(key);
-      pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
-      offset += scale * exact->offset;
-      return true;
-    }
-    if (v->int_input) {
-      Term& term = terms[{v.get(), -1}];
-      term.factor += scale;
-      term.slot = v->source;
-      term.int_input = true;
-      return true;
-    }
-    if (!v->fn) return false;
-    const std::string op = py::str(v->fn.attr("__name__")).cast<std::string>();
-    if ((op == "add" || op == "sub") && v->items.size() == 2) {
-      return linear(v->items[0], scale) && linear(v->items[1], op == "add" ? scale : -scale);
-    }
-    if (op == "mul" && v->items.size() == 2) {  // bsz * num_heads: a size times an int
-      for (int side = 0; side < 2; ++side) {
-        const ValuePtr& factor = v->items[side];
-        if (!factor->is_const() || !PyLong_CheckExact(factor->obj.ptr())) continue;
-        int overflow = 0;
-        const int64_t n = PyLong_AsLongLongAndOverflow(factor->obj.ptr(), &overflow);
-        int64_t scaled = 0;
-        if (overflow != 0 || __builtin_mul_overflow(scale, n, &scaled) || scaled > (int64_t{1} << 40) ||
-            scaled < -(int64_t{1} << 40)) {
-          return false;
-        }
-        return linear(v->items[1 - side], scaled);
-      }
-      return false;
-    }
-    if (op == "neg" && v->items.size() == 1) return linear(v->items[0], -scale);
-    if (op == "pos" && v->items.size() == 1) return linear(v->items[0], scale);
-    return false;
-  };
-  if (linear(value->items[0], 1) && linear(value->items[1], -1)) {
+  // kv_length = q_length + past): their difference decides what to guard (linear_form).
+  SizeForm form;
+  auto& terms = form.terms;
+  auto& not_one = form.not_one;
+  auto& pinned = form.pinned;
+  auto& offset = form.offset;
+  using Term = FormTerm;
+  if (linear_form(value->items[0], 1, form, nullptr) && linear_form(value->items[1], -1, form, nullptr)) {
     // A module's parameter or buffer size against an input's (`max_pos > self.weights.size(0)`):
     // the module's is pinned, the input's gets a range.
     std::vector<std::pair<Node*, Term*>> state;  // (placeholder, term) of module state
@@ -652,6 +650,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       return size_range(value, size, r, c);
     }
   }
+  if (ValuePtr decided = decide_by_atoms(value, rel)) return decided;
   // (Two inputs' sizes compared are a linear form above: guarded there as their relation.)
   const auto lhs = input_size_of(value->items[0]);
   const auto rhs = input_size_of(value->items[1]);
@@ -671,6 +670,154 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (overflow != 0 || c <= INT64_MIN + 1 || c >= INT64_MAX - 1) return specialize(value);
   if (rel == SizeRelation::kEq) return specialize(value);  // one size: pinned
   return size_range(value, size, rel, c);
+}
+
+ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
+  SizeAtoms atoms;
+  SizeForm form;
+  if (!linear_form(value->items[0], 1, form, &atoms) || !linear_form(value->items[1], -1, form, &atoms) ||
+      atoms.empty()) {
+    return nullptr;
+  }
+  using Key = std::pair<Node*, int>;
+  // A size as factor * f(v) + offset, f a chain of atoms over one input size v (none: a
+  // constant): stage i's atom takes a times the next stage's size (v for the last) plus b.
+  struct Stage {
+    const SizeAtom* atom;
+    int64_t a, b;
+  };
+  struct Chain {
+    std::vector<Stage> stages;
+    int64_t factor = 0, offset = 0;
+    Key variable{nullptr, -1};
+    __int128 at(__int128 v) const {
+      for (auto stage = stages.rbegin(); stage != stages.rend(); ++stage) {
+        v = stage->atom->at(v * stage->a + stage->b);
+      }
+      return stages.empty() && variable.first == nullptr ? __int128{offset} : v * factor + offset;
+    }
+  };
+  std::set<Key> conditions(form.not_one.begin(), form.not_one.end());  // sizes that must not be 1
+  SizeDeps pinned = form.pinned;
+  bool any_atom = false;
+  // One term of a sum left, with module state and input sizes pinned already as constants
+  // (into offset): false where more are left, or one that is no atom or input size.
+  auto reduce = [&](const std::map<Key, int64_t>& terms, int64_t& offset, Key& key, int64_t& factor) {
+    key = {nullptr, -1};
+    factor = 0;
+    for (const auto& [at, times] : terms) {
+      const int slot = entry_.slot_of_placeholder(at.first);
+      const bool state = slot >= 0 && is_module_state(at.first);
+      if (state || (slot >= 0 && pinned_dims_.count(slot) && pinned_dims_.at(slot).count(at.second))) {
+        offset += times * at.first->metas[0].sizes[at.second];
+        if (state) pinned.dims.insert(at);
+        continue;
+      }
+      if ((slot < 0 && !atoms.count(at)) || key.first != nullptr) return false;
+      key = at;
+      factor = times;
+    }
+    return true;
+  };
+  auto chain_of = [&](const std::map<Key, int64_t>& terms, int64_t offset) -> std::optional<Chain> {
+    Chain chain;
+    Key key;
+    int64_t factor = 0;
+    if (!reduce(terms, offset, key, factor)) return std::nullopt;
+    chain.factor = factor;
+    chain.offset = offset;
+    while (key.first != nullptr && entry_.slot_of_placeholder(key.first) < 0) {
+      auto found = atoms.find(key);
+      if (found == atoms.end() || chain.stages.size() > 64) return std::nullopt;
+      const SizeAtom& atom = found->second;
+      any_atom = true;
+      conditions.insert(atom.in.not_one.begin(), atom.in.not_one.end());
+      pinned.dims.insert(atom.in.pinned.begin(), atom.in.pinned.end());
+      int64_t in_offset = atom.in.offset;
+      if (!reduce(atom.in.terms, in_offset, key, factor)) return std::nullopt;
+      chain.stages.push_back(Stage{&atom, factor, in_offset});
+    }
+    chain.variable = key;
+    return chain;
+  };
+  std::map<Key, int64_t> difference;
+  for (const auto& [at, term] : form.terms) {
+    if (term.factor == 0) continue;
+    if (term.int_input) return nullptr;
+    difference[{static_cast<Node*>(const_cast<void*>(at.first)), at.second}] = term.factor;
+  }
+  std::optional<Chain> main = chain_of(difference, form.offset);
+  if (!main || !any_atom) return nullptr;  // no atom in it: decide() said what it could
+  // Each must keep the sign it has now: the difference, and each atom that must not be 1
+  // (less 1: a stronger condition, but one whose sign is monotone too).
+  std::vector<Chain> keep{*main};
+  std::set<Key> done;
+  while (!conditions.empty()) {
+    const Key key = *conditions.begin();
+    conditions.erase(conditions.begin());
+    if (!done.insert(key).second) continue;
+    const int slot = entry_.slot_of_placeholder(key.first);
+    if (slot >= 0) {
+      guard_range({slot, key.second}, SizeRelation::kNe, 1, "a size that broadcasts only while it is not 1");
+      continue;
+    }
+    std::optional<Chain> chain = chain_of({{key, 1}}, -1);
+    if (!chain) return nullptr;
+    keep.push_back(*chain);
+  }
+  Key variable{nullptr, -1};
+  for (const Chain& chain : keep) {
+    if (chain.variable.first == nullptr) continue;
+    if (variable.first != nullptr && variable != chain.variable) return nullptr;  // two sizes
+    variable = chain.variable;
+  }
+  const int64_t now = variable.first != nullptr ? variable.first->metas[0].sizes[variable.second] : 0;
+  // The answer must be the trace's (a rule misread gives up).
+  const int64_t lhs = py::cast<int64_t>(value->items[0]->obj);
+  const int64_t rhs = py::cast<int64_t>(value->items[1]->obj);
+  if (main->at(now) != __int128{lhs} - rhs) return nullptr;
+  if (!pinned.dims.empty()) note_size_deps(pinned, "a kernel's or module's size in a size Python compares");
+  if (variable.first == nullptr) return Value::constant(value->obj);  // the same for any input size
+  // Each chain is monotone in v (every atom is, and a sum of one term). The difference keeps
+  // its relation to 0 on one range of v (for !=, the range where it keeps its sign); each
+  // condition keeps its sign; on the range where all do, the answer is the same.
+  auto sign = [](__int128 g) { return g < 0 ? -1 : (g > 0 ? 1 : 0); };
+  std::vector<int> signs;
+  for (const Chain& chain : keep) signs.push_back(sign(chain.at(now)));
+  auto holds = [rel](__int128 g) {
+    switch (rel) {
+      case SizeRelation::kLt: return g < 0;
+      case SizeRelation::kLe: return g <= 0;
+      case SizeRelation::kGt: return g > 0;
+      case SizeRelation::kGe: return g >= 0;
+      case SizeRelation::kEq: return g == 0;
+      default: return false;  // kNe: by sign below
+    }
+  };
+  auto same = [&](int64_t v) {
+    for (size_t i = 0; i < keep.size(); ++i) {
+      const __int128 g = keep[i].at(v);
+      const bool kept = i == 0 && rel != SizeRelation::kNe ? holds(g) : sign(g) == signs[i];
+      if (!kept) return false;
+    }
+    return true;
+  };
+  constexpr int64_t kLargest = int64_t{1} << 40;
+  int64_t low = now, below = -1;  // same(low); not same(below), or below < 0
+  while (low - below > 1) {
+    const int64_t mid = below + (low - below) / 2;
+    (same(mid) ? low : below) = mid;
+  }
+  int64_t high = now, above = kLargest + 1;
+  while (above - high > 1) {
+    const int64_t mid = high + (above - high) / 2;
+    (same(mid) ? high : above) = mid;
+  }
+  const std::pair<int, int> size{entry_.slot_of_placeholder(variable.first), variable.second};
+  const std::string what = "a comparison of a size a convolution, pooling or slice made from it";
+  if (low > 0) guard_range(size, SizeRelation::kGe, low, what);
+  if (high < kLargest) guard_range(size, SizeRelation::kLe, high, what);
+  return Value::constant(value->obj);
 }
 
 ValuePtr SizeTracker::decide_empty(const ValuePtr& value, SizeRelation rel) {

@@ -163,7 +163,29 @@ class SizeTracker {
   ExactMemo exact_;
   // Size `size_dim` of the tensor `value` is a size of, as exact input sizes (exact_size), where
   // module state's sizes may count as constants (pinned by whoever relies on the result).
-  std::optional<LinearSize> exact_size_of(const ValuePtr& value);
+  // With `atoms`, in atom mode (exact_size).
+  std::optional<LinearSize> exact_size_of(const ValuePtr& value, SizeAtoms* atoms = nullptr);
+  // A comparison decide() takes as `form` REL 0: factor * term summed, plus offset.
+  struct FormTerm {
+    int64_t factor = 0;
+    int slot = -1;  // the input slot of a placeholder's size or an int input, -1 for any other size
+    int dim = -1;
+    bool int_input = false;  // an int input's value (Value::int_input), not a size
+  };
+  struct SizeForm {
+    std::map<std::pair<const void*, int>, FormTerm> terms;  // by (node or value, dim)
+    std::set<std::pair<Node*, int>> not_one;  // conditions of the exact sizes used (LinearSize)
+    SizeDeps pinned;                          // module state sizes they took as constants
+    int64_t offset = 0;
+  };
+  // Adds `v` times `scale` to `form`: ints, sizes (as exact input sizes where exact_size_of
+  // knows them, else as themselves: they cancel only against themselves), int inputs, and + -
+  // and * by an int of those; false for anything else.
+  bool linear_form(const ValuePtr& v, int64_t scale, SizeForm& form, SizeAtoms* atoms);
+  // decide() for a comparison of a size that is a chain of SizeAtoms over one input size (a
+  // convolution's output length against 1) whose relation `rel` holds: the range of that
+  // input size with the same answer, guarded; nullptr where the comparison is no such thing.
+  ValuePtr decide_by_atoms(const ValuePtr& value, SizeRelation rel);
   // A placeholder for a parameter or a module's buffer: sizes that change only when the model
   // does (torch.compile keeps them static), which a product of sizes may take as constants.
   bool is_module_state(Node* node) const;

@@ -414,8 +414,10 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   std::function<ValuePtr(const ValuePtr&)> lower = [&](const ValuePtr& v) -> ValuePtr {
     if (v->kind == VKind::kSymNum) {
       if (!int_inputs && holds_int_input(v)) return numbers.specialize(v);
-      // A bool decides the result's structure (keepdim=n > 2): it needs its value.
-      if (v->is_size_expr() && !PyBool_Check(v->obj.ptr())) {  // a graph value: x.size(0), ...
+      // A bool decides the result's structure (keepdim=n > 2, is_causal=T > 1): it needs its
+      // value, guarded as a branch on it would be.
+      if (v->is_size_expr() && PyBool_Check(v->obj.ptr())) return numbers.decide(v);
+      if (v->is_size_expr()) {  // a graph value: x.size(0), ...
         ValuePtr lowered = std::make_shared<Value>(*v);
         lowered->node = numbers.size_node(v);
         return lowered;

@@ -464,3 +464,25 @@ def test_a_backend_compiling_per_size_gets_one_graph(name):
         explained = framejit.explain(model, backend=static)(input_ids=ids)
         assert torch.allclose(explained.result.logits, model(input_ids=ids).logits, atol=1e-5)
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
+
+def test_wav2vec2_takes_new_audio_lengths_without_compiling():
+    # Its attention decides is_causal on the length its strided convolutions made (`q_length >
+    # 1`): a range of the audio length is guarded, not the length (torch.compile: a second,
+    # symbolic compile). Before, each length compiled again until recompile_limit.
+    config = transformers.Wav2Vec2Config(
+        vocab_size=32, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, conv_dim=(16, 16), conv_stride=(5, 2), conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    torch.manual_seed(0)
+    model = transformers.Wav2Vec2ForCTC(config).eval()
+    counter = CompileCounter()
+    compiled = framejit.compile(model, backend=counter)
+    with warnings.catch_warnings(record=True) as caught, torch.no_grad():
+        warnings.simplefilter("always")
+        for batch, length in [(2, 880), (2, 760), (3, 1200), (1, 1000), (2, 400), (2, 1601)]:
+            audio = torch.randn(batch, length)
+            assert torch.allclose(compiled(input_values=audio).logits,
+                                  model(input_values=audio).logits, atol=1e-5)
+    assert counter.frame_count == 1
+    assert not [w for w in caught if "recompile_limit" in str(w.message)]

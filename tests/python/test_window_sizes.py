@@ -1,0 +1,142 @@
+"""Python comparing a size that a convolution, a pooling or a constant slice made (wav2vec2's
+`is_causal = q_length > 1` after its feature extractor's strided convolutions): the answer holds
+on a range of the input size it was made from, and that range is guarded
+(`L['x'].size(1) >= 30`), so a new length compiles nothing until the answer would change. Before,
+the input length was pinned and every new length compiled again (recompile_limit after 8). Each
+test compares with eager and counts graphs."""
+import logging
+
+import pytest
+import torch
+
+import framejit
+from framejit.testing import CompileCounter, same
+
+torch.manual_seed(0)
+conv_a = torch.nn.Conv1d(1, 4, 10, stride=5)
+conv_b = torch.nn.Conv1d(4, 4, 3, stride=2)
+
+
+def run(fn, inputs, backend=None):
+    counter = CompileCounter(backend)
+    compiled = framejit.compile(fn, backend=counter)
+    with torch.no_grad():
+        for args in inputs:
+            assert same(compiled(*args), fn(*args), rtol=1e-4, atol=1e-5), [a.shape for a in args]
+    return counter
+
+
+def strided_features(x):
+    h = conv_b(torch.relu(conv_a(x[:, None])))
+    if h.shape[-1] > 1:  # floor((floor((n - 10) / 5) + 1 - 3) / 2) + 1 > 1: n >= 30
+        return h.mean(-1)
+    return h.sum(-1)
+
+
+def test_a_branch_on_a_convolutions_length_guards_a_range_of_the_input(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    lengths = [80, 90, 100, 35, 30, 29, 25, 20, 200, 31]
+    counter = run(strided_features, [(torch.randn(2, n),) for n in lengths])
+    # n >= 30 one graph; below (one step of the second convolution, or none: eager's error) the
+    # other
+    assert counter.frame_count == 2
+    assert "L['x'].size(1) >= 30: a comparison of a size a convolution" in caplog.text
+    assert "L['x'].size(1) <= 29: a comparison" in caplog.text
+    assert "L['self']" not in caplog.text and "L['x'].size(1): a size used" not in caplog.text
+
+
+@pytest.mark.parametrize("backend", ["native", "callable"])
+def test_other_backends_get_the_range_too(backend):
+    # A backend that compiles per size compiles the first size static and then one symbolic
+    # graph (torch.compile: 3 as well, as 29 takes the other branch).
+    chosen = framejit.backends.native if backend == "native" else (lambda gm, example_inputs: gm.forward)
+    lengths = [80, 90, 100, 35, 29, 25, 200]
+    counter = run(strided_features, [(torch.randn(2, n),) for n in lengths], backend=chosen)
+    assert counter.frame_count == (2 if backend == "native" else 3)
+
+
+def pooled(image):
+    h = torch.nn.functional.max_pool2d(torch.nn.functional.conv2d(image, kernel, padding=1), 2)
+    h = torch.nn.functional.avg_pool2d(h, kernel_size=2, stride=1)
+    if h.shape[-1] >= 3:  # floor(w / 2) - 1 >= 3: w >= 8
+        return h.amax(-1)
+    return h.mean(-1)
+
+
+kernel = torch.randn(4, 3, 3, 3)
+
+
+def test_pooling_and_an_unpinned_height():
+    sizes = [(16, 16), (20, 24), (24, 9), (12, 8), (7, 7), (6, 6), (30, 40)]
+    counter = run(pooled, [(torch.randn(1, 3, h, w),) for h, w in sizes])
+    assert counter.frame_count == 2
+
+
+def ceil_pooled(x):
+    h = torch.nn.functional.max_pool1d(x, 2, ceil_mode=True)
+    return h * 2 if h.shape[-1] > 3 else h
+
+
+def test_ceil_mode_is_not_modelled_and_pins_the_size():
+    lengths = [9, 10, 11, 12, 5]
+    counter = run(ceil_pooled, [(torch.randn(1, 2, n),) for n in lengths])
+    assert counter.frame_count == len(lengths)
+
+
+def trimmed(x):
+    h = x[:, 2:-1]
+    if h.shape[1] > 3:  # n - 3 > 3
+        return h.sum(1)
+    return h.mean(1)
+
+
+def test_a_constant_slices_length():
+    counter = run(trimmed, [(torch.randn(2, n),) for n in (10, 12, 7, 40, 6, 5, 3, 1)])
+    # n >= 7 one graph, n <= 6 another (x[:, 2:-1] of a short row is empty or short: eager's)
+    assert counter.frame_count == 2
+
+
+def end_to_start(x):
+    h = x[:, -5:7]  # longer, then shorter, as x grows: not monotone, so pinned
+    return h.sum(1) if h.shape[1] == 2 else h.mean(1)
+
+
+def test_a_slice_from_the_end_to_a_place_from_the_start_is_pinned():
+    lengths = [9, 10, 12, 11, 4]
+    counter = run(end_to_start, [(torch.randn(2, n),) for n in lengths])
+    assert counter.frame_count == len(lengths)
+
+
+proj = torch.nn.Linear(4, 32)
+pos_conv = torch.nn.Conv1d(32, 32, 16, padding=8, groups=4)
+qkv = torch.nn.Linear(32, 96)
+
+
+def attention(x):
+    # wav2vec2's shape: strided convolutions, a padded positional convolution trimmed by one
+    # and added back (two sizes equal for any length, though not as sums), heads, and
+    # is_causal decided by the length and passed to sdpa as it is.
+    h = proj(conv_b(torch.nn.functional.gelu(conv_a(x[:, None]))).transpose(1, 2))
+    h = h + pos_conv(h.transpose(1, 2))[:, :, :-1].transpose(1, 2)
+    b, t = h.shape[:-1]
+    q, k, v = qkv(h).view(b, -1, 4, 24).transpose(1, 2).chunk(3, dim=-1)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=q.shape[2] > 1)
+
+
+def test_a_positional_convolution_added_back_and_is_causal_from_the_length():
+    lengths = [880, 760, 1200, 1000, 500, 300, 31, 2000]
+    counter = run(attention, [(torch.randn(2, n),) for n in lengths])
+    assert counter.frame_count == 1
+    run(attention, [(torch.randn(1, n),) for n in (29, 25)])  # one step long: not causal
+
+
+def two_inputs(x, y):
+    a = conv_a(x[:, None])
+    b = conv_a(y[:, None])
+    return a.sum() if a.shape[-1] > b.shape[-1] else b.sum()
+
+
+def test_two_lengths_compared_are_pinned():
+    counter = run(two_inputs, [(torch.randn(1, n), torch.randn(1, m)) for n, m in ((40, 30), (50, 20), (20, 40))])
+    assert counter.frame_count == 3
