@@ -47,7 +47,7 @@ std::string object_text(PyObject* obj) {
 // config's __dict__ for each attribute read through its __getattribute__).
 bool same_guard(const Guard& a, const Guard& b) {
   if (a.kind != b.kind || a.slot != b.slot || a.n != b.n || a.spec != b.spec || a.dim != b.dim ||
-      a.other_dim != b.other_dim || a.rel != b.rel) {
+      a.other_dim != b.other_dim || a.rel != b.rel || !(a.terms == b.terms)) {
     return false;
   }
   PyObject* x = a.expected.ptr();
@@ -220,6 +220,30 @@ void GuardSet::add_int_relation(int slot, SizeRelation rel, int64_t bound) {
   sorted_ = false;
 }
 
+std::string linear_relation_text(const std::vector<Guard::Term>& terms, int64_t constant,
+                                 SizeRelation rel, const SourceTable& sources) {
+  std::string sum;
+  for (const Guard::Term& term : terms) {
+    const int64_t size = term.factor < 0 ? -term.factor : term.factor;
+    sum += sum.empty() ? (term.factor < 0 ? "-" : "") : (term.factor < 0 ? " - " : " + ");
+    if (size != 1) sum += fmt::format("{} * ", size);
+    sum += sources.at(term.slot).text;
+    if (term.dim >= 0) sum += fmt::format(".size({})", term.dim);
+  }
+  return fmt::format("{} {} {}", sum, relation_text(rel), -constant);
+}
+
+void GuardSet::add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel) {
+  int last = 0;  // checked when the last of its slots is read
+  for (const Guard::Term& term : terms) last = std::max(last, term.slot);
+  Guard guard{GuardKind::kLinearRelation, last, py::none()};
+  guard.n = constant;
+  guard.rel = static_cast<uint8_t>(rel);
+  guard.terms = std::move(terms);
+  push(guard);
+  sorted_ = false;
+}
+
 void GuardSet::add_pair(GuardKind kind, int slot, int other) {
   if (other > slot) std::swap(slot, other);  // checked when the later of the two is read
   Guard guard{kind, slot, py::none()};
@@ -266,6 +290,26 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
       int overflow = 0;  // (an int past int64 fails the guard: the trace saw one within it)
       const int64_t a = PyLong_AsLongLongAndOverflow(value, &overflow);
       return overflow == 0 && relation_holds(static_cast<SizeRelation>(guard.rel), a, guard.n);
+    }
+    case GuardKind::kLinearRelation: {
+      int64_t total = guard.n;
+      for (const Guard::Term& term : guard.terms) {
+        PyObject* of = slots[term.slot];
+        int64_t x = 0;
+        if (term.dim < 0) {
+          if (!PyLong_Check(of)) return false;
+          int overflow = 0;
+          x = PyLong_AsLongLongAndOverflow(of, &overflow);
+          if (overflow != 0) return false;
+        } else if (!tensor_size(of, term.dim, x)) {
+          return false;
+        }
+        int64_t scaled = 0;
+        if (__builtin_mul_overflow(x, term.factor, &scaled) || __builtin_add_overflow(total, scaled, &total)) {
+          return false;  // (past int64: the trace saw a sum within it)
+        }
+      }
+      return relation_holds(static_cast<SizeRelation>(guard.rel), total, 0);
     }
     case GuardKind::kLen:
       if (PyDict_Check(value)) return PyDict_GET_SIZE(value) == guard.n;
@@ -373,6 +417,9 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
     case GuardKind::kIntRelation:
       return fmt::format("INT_RELATION {} {} {}", src, relation_text(static_cast<SizeRelation>(guard.rel)),
                          guard.n);
+    case GuardKind::kLinearRelation:
+      return "LINEAR_RELATION " +
+             linear_relation_text(guard.terms, guard.n, static_cast<SizeRelation>(guard.rel), sources);
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", object_text(guard.expected.ptr()), src,
                          guard.n ? "True" : "False");

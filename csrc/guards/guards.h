@@ -27,6 +27,9 @@ enum class GuardKind : uint8_t {
                   // comparison of two input sizes the trace decided: `kv_length > q_length`)
   kIntRelation,   // value REL n, value an int (its exact type guarded apart): a comparison the
                   // trace decided on an int input (`if step < warmup`)
+  kLinearRelation,  // sum of factor * (a slot's int, or a size of a slot's tensor) + n REL 0,
+                    // checked at the last of those slots: a comparison the trace decided on int
+                    // inputs and sizes together (`cumulative_length + q_length >= window`)
   kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
                   // name up on it finds something iff present (and, unless found is None, finds
                   // found itself). Fast path: the class's attribute
@@ -44,7 +47,16 @@ struct Guard {
   int spec = -1;        // kTensor: index into GuardSet::tensor_specs_
   int dim = -1;         // kSizeRelation: the dims compared and how (SizeRelation)
   int other_dim = -1;
-  uint8_t rel = 0;      // kSizeRelation, kIntRelation: the SizeRelation
+  uint8_t rel = 0;      // kSizeRelation, kIntRelation, kLinearRelation: the SizeRelation
+  struct Term {
+    int slot;
+    int dim;  // -1: the slot's value, an int
+    int64_t factor;
+    bool operator==(const Term& other) const {
+      return slot == other.slot && dim == other.dim && factor == other.factor;
+    }
+  };
+  std::vector<Term> terms;  // kLinearRelation (n: the constant)
 };
 
 // How two sizes compare in a kSizeRelation guard.
@@ -68,6 +80,9 @@ inline const char* relation_text(SizeRelation rel) {
   static const char* const kText[] = {"<", "<=", ">", ">=", "==", "!="};
   return kText[static_cast<int>(rel)];
 }
+// `L['n'] + L['x'].size(1) >= 4096` for terms + constant REL 0.
+std::string linear_relation_text(const std::vector<Guard::Term>& terms, int64_t constant,
+                                 SizeRelation rel, const SourceTable& sources);
 inline bool relation_holds(SizeRelation rel, int64_t a, int64_t b) {
   switch (rel) {
     case SizeRelation::kLt: return a < b;
@@ -136,6 +151,8 @@ class GuardSet {
   void add_size_relation(int slot, int dim, SizeRelation rel, int other, int other_dim);
   // value(slot) REL bound, value(slot) an int.
   void add_int_relation(int slot, SizeRelation rel, int64_t bound);
+  // sum(terms) + constant REL 0 (kLinearRelation).
+  void add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel);
   // kDistinct / kSame between two slots, kept on the later one (checked once both are read).
   void add_pair(GuardKind kind, int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no

@@ -102,6 +102,10 @@ class EntryState {
   void guard_int_relation(int slot, SizeRelation rel, int64_t bound) {
     guards_.add_int_relation(slot, rel, bound);
   }
+  // sum(terms) + constant REL 0 over int inputs and input sizes stays true.
+  void guard_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel) {
+    guards_.add_linear_relation(std::move(terms), constant, rel);
+  }
   // The objects read from two sources are not the same object (the trace took them as two).
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }
   // The objects read from two sources are one object.

@@ -724,6 +724,11 @@ std::optional<AtomSource> window_atom(Node* node, int dim) {
   const bool max_pool = base_name_in(text, {"max_pool1d", "max_pool2d", "max_pool3d"});
   const bool avg_pool = base_name_in(text, {"avg_pool1d", "avg_pool2d", "avg_pool3d"});
   if ((!conv && !max_pool && !avg_pool) || node->tuple_result) return std::nullopt;
+  // torch's own (a custom op of another namespace may share the name, not the formula).
+  if (node->kind != NodeKind::kCallFunction || text.rfind("torch.", 0) != 0 ||
+      (text.rfind("torch.ops.", 0) == 0 && text.rfind("torch.ops.aten.", 0) != 0)) {
+    return std::nullopt;
+  }
   Node* input = tensor_arg(arg_at(node, 0, "input"));
   if (!input || rank_of(input) != rank_of(node) || dim >= rank_of(node)) return std::nullopt;
   const int spatial = text[text.size() - 2] - '0';

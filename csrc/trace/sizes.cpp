@@ -476,6 +476,16 @@ std::pair<int, int> SizeTracker::input_size_of(const ValuePtr& value) const {
   return {slot, value->size_dim};
 }
 
+namespace {
+
+// total += scale * n; false on overflow.
+bool scaled_add(int64_t& total, int64_t scale, int64_t n) {
+  int64_t product = 0;
+  return !__builtin_mul_overflow(scale, n, &product) && !__builtin_add_overflow(total, product, &total);
+}
+
+}  // namespace
+
 bool SizeTracker::linear_form(const ValuePtr& v, int64_t scale, SizeForm& form, SizeAtoms* atoms) {
   auto add_term = [&form](const void* key, int dim, int64_t factor, int slot) {
     FormTerm& term = form.terms[{key, dim}];
@@ -487,8 +497,7 @@ bool SizeTracker::linear_form(const ValuePtr& v, int64_t scale, SizeForm& form, 
     int overflow = 0;
     const int64_t n = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
     if (overflow != 0 || n > (int64_t{1} << 40) || n < -(int64_t{1} << 40)) return false;
-    form.offset += scale * n;
-    return true;
+    return scaled_add(form.offset, scale, n);
   }
   if (v->kind != VKind::kSymNum) return false;
   if (v->size_of) {  // size d of a tensor (an input's, or one the graph makes)
@@ -498,12 +507,13 @@ bool SizeTracker::linear_form(const ValuePtr& v, int64_t scale, SizeForm& form, 
       return true;
     }
     for (const auto& [key, factor] : exact->terms) {
-      add_term(key.first, key.second, scale * factor, entry_.slot_of_placeholder(key.first));
+      int64_t scaled = 0;
+      if (__builtin_mul_overflow(scale, factor, &scaled)) return false;
+      add_term(key.first, key.second, scaled, entry_.slot_of_placeholder(key.first));
     }
     for (const auto& key : exact->not_one) form.not_one.insert(key);
     form.pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
-    form.offset += scale * exact->offset;
-    return true;
+    return scaled_add(form.offset, scale, exact->offset);
   }
   if (v->int_input) {
     FormTerm& term = form.terms[{v.get(), -1}];
@@ -559,7 +569,13 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   auto& pinned = form.pinned;
   auto& offset = form.offset;
   using Term = FormTerm;
-  if (linear_form(value->items[0], 1, form, nullptr) && linear_form(value->items[1], -1, form, nullptr)) {
+  const bool linear = linear_form(value->items[0], 1, form, nullptr) &&
+                      linear_form(value->items[1], -1, form, nullptr);
+  // A size no exact sum gives (slot -1, not an int input): perhaps one of SizeAtoms.
+  const bool opaque = std::any_of(terms.begin(), terms.end(), [](const auto& entry) {
+    return entry.second.factor != 0 && entry.second.slot < 0 && !entry.second.int_input;
+  });
+  if (linear) {
     // A module's parameter or buffer size against an input's (`max_pos > self.weights.size(0)`):
     // the module's is pinned, the input's gets a range.
     std::vector<std::pair<Node*, Term*>> state;  // (placeholder, term) of module state
@@ -597,9 +613,33 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       inputs = inputs && term.slot >= 0;
       int_inputs += term.int_input ? 1 : 0;
     }
+    // The exact sizes used hold while these input sizes are not 1: guarded wherever the answer
+    // below relies on them; one that cannot be guarded leaves the comparison to the end.
+    bool conditions = true;
+    for (const auto& [node, dim] : not_one) conditions = conditions && entry_.slot_of_placeholder(node) >= 0;
+    auto guard_conditions = [&] {
+      for (const auto& [node, dim] : not_one) {
+        size_range(value, {entry_.slot_of_placeholder(node), dim}, SizeRelation::kNe, 1);
+      }
+    };
+    // Several int inputs and input sizes with any factors (`cumulative_length + q_length >=
+    // window`): guarded as that linear relation.
+    auto linear_relation = [&] {
+      guard_conditions();
+      std::vector<Guard::Term> sum;
+      for (const auto& [size, factor] : left) sum.push_back(Guard::Term{size.first, size.second, factor});
+      std::sort(sum.begin(), sum.end(), [](const Guard::Term& a, const Guard::Term& b) {
+        return std::make_pair(a.slot, a.dim) < std::make_pair(b.slot, b.dim);  // (one order: one text)
+      });
+      dim_reads_.push_back(fmt::format("{}: a comparison at {}",
+                                       linear_relation_text(sum, offset, rel, entry_.sources()),
+                                       recorder_.site().here()));
+      entry_.guard_linear_relation(std::move(sum), offset, rel);
+      return Value::constant(value->obj);
+    };
     if (int_inputs > 0) {
       // An int input against a constant (`step < warmup`, `n - 1 > 0`): guarded as that range
-      // of it; anything else with one in it (against a size, against another int) pins it.
+      // of it; with sizes or other int inputs, as a linear relation.
       if (left.size() == 1 && (left[0].second == 1 || left[0].second == -1) && not_one.empty()) {
         const SizeRelation r = left[0].second == 1 ? rel : flipped(rel);
         const int64_t c = left[0].second == 1 ? -offset : offset;
@@ -612,17 +652,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
         }
         return Value::constant(value->obj);
       }
+      if (left.size() >= 2 && inputs && conditions) return linear_relation();
       return specialize(value);
     }
-    // The exact sizes used hold while these input sizes are not 1: guarded wherever the answer
-    // below relies on them; one that cannot be guarded leaves the comparison to the end.
-    bool conditions = true;
-    for (const auto& [node, dim] : not_one) conditions = conditions && entry_.slot_of_placeholder(node) >= 0;
-    auto guard_conditions = [&] {
-      for (const auto& [node, dim] : not_one) {
-        size_range(value, {entry_.slot_of_placeholder(node), dim}, SizeRelation::kNe, 1);
-      }
-    };
     // The same sizes on both sides cancel: true or false whatever the sizes (`q + 0 == q`).
     if (conditions && left.empty()) {
       guard_conditions();
@@ -649,8 +681,11 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       guard_conditions();
       return size_range(value, size, r, c);
     }
+    if (left.size() >= 2) return linear_relation();  // (inputs' sizes only: see above)
   }
-  if (ValuePtr decided = decide_by_atoms(value, rel)) return decided;
+  if (linear && opaque) {
+    if (ValuePtr decided = decide_by_atoms(value, rel)) return decided;
+  }
   // (Two inputs' sizes compared are a linear form above: guarded there as their relation.)
   const auto lhs = input_size_of(value->items[0]);
   const auto rhs = input_size_of(value->items[1]);
@@ -709,7 +744,11 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
       const int slot = entry_.slot_of_placeholder(at.first);
       const bool state = slot >= 0 && is_module_state(at.first);
       if (state || (slot >= 0 && pinned_dims_.count(slot) && pinned_dims_.at(slot).count(at.second))) {
-        offset += times * at.first->metas[0].sizes[at.second];
+        int64_t term = 0;
+        if (__builtin_mul_overflow(times, at.first->metas[0].sizes[at.second], &term) ||
+            __builtin_add_overflow(offset, term, &offset)) {
+          return false;
+        }
         if (state) pinned.dims.insert(at);
         continue;
       }
@@ -773,9 +812,15 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
   }
   const int64_t now = variable.first != nullptr ? variable.first->metas[0].sizes[variable.second] : 0;
   // The answer must be the trace's (a rule misread gives up).
-  const int64_t lhs = py::cast<int64_t>(value->items[0]->obj);
-  const int64_t rhs = py::cast<int64_t>(value->items[1]->obj);
-  if (main->at(now) != __int128{lhs} - rhs) return nullptr;
+  int overflow_lhs = 0, overflow_rhs = 0;
+  const int64_t lhs = PyLong_AsLongLongAndOverflow(value->items[0]->obj.ptr(), &overflow_lhs);
+  const int64_t rhs = PyLong_AsLongLongAndOverflow(value->items[1]->obj.ptr(), &overflow_rhs);
+  if (overflow_lhs != 0 || overflow_rhs != 0 || PyErr_Occurred()) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  constexpr int64_t kLargest = int64_t{1} << 40;  // sizes searched: 0 .. kLargest
+  if (now > kLargest || main->at(now) != __int128{lhs} - rhs) return nullptr;
   if (!pinned.dims.empty()) note_size_deps(pinned, "a kernel's or module's size in a size Python compares");
   if (variable.first == nullptr) return Value::constant(value->obj);  // the same for any input size
   // Each chain is monotone in v (every atom is, and a sum of one term). The difference keeps
@@ -802,7 +847,6 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
     }
     return true;
   };
-  constexpr int64_t kLargest = int64_t{1} << 40;
   int64_t low = now, below = -1;  // same(low); not same(below), or below < 0
   while (low - below > 1) {
     const int64_t mid = below + (low - below) / 2;
@@ -816,7 +860,7 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
   const std::pair<int, int> size{entry_.slot_of_placeholder(variable.first), variable.second};
   const std::string what = "a comparison of a size a convolution, pooling or slice made from it";
   if (low > 0) guard_range(size, SizeRelation::kGe, low, what);
-  if (high < kLargest) guard_range(size, SizeRelation::kLe, high, what);
+  guard_range(size, SizeRelation::kLe, high, what);  // (kLargest too: nothing was searched above)
   return Value::constant(value->obj);
 }
 

@@ -197,3 +197,48 @@ def test_an_int_that_decides_a_results_rank_is_pinned():
     x = torch.randn(6, 1, 4)
     counter = calls(flattens, [(x, start) for start in (1, 0, 2, 1, 0)])
     assert counter.frame_count == 3
+
+
+def window(x, n):
+    # transformers' sliding-window mask: `kv_length >= local_attention_size` with kv_length the
+    # cache's length (an int attribute) plus the query's length (a size)
+    if n + x.shape[0] >= 10:
+        return x * 2
+    return x - n
+
+
+def test_an_int_and_a_size_compared_are_guarded_as_a_linear_relation(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    steps = [(torch.randn(t, 3), n) for t, n in ((1, 0), (1, 1), (1, 2), (2, 3), (3, 6), (1, 8), (1, 9), (4, 9), (1, 2))]
+    counter = calls(window, steps)
+    # n=0 pinned; then n + T < 10 one graph (T and n free within it); n + T >= 10 another
+    assert counter.frame_count == 3
+    assert "LINEAR_RELATION L['n'] + L['x'].size(0) < 10" in caplog.text
+    assert "LINEAR_RELATION L['n'] + L['x'].size(0) >= 10" in caplog.text
+
+
+def two_ints(x, a, b):
+    return x * a if 2 * a - b > 5 else x + b
+
+
+def test_two_ints_compared_are_a_linear_relation_too():
+    x = torch.randn(3)
+    argsets = [(x, a, b) for a, b in ((1, 1), (2, 1), (3, 2), (4, 2), (5, 4), (6, 1), (9, 13), (10, 14), (3, 0))]
+    counter = calls(two_ints, argsets)
+    # (1, 1) pinned; (2, 1) a varies (b pinned); (3, 2) both vary: 2a - b <= 5; (4, 2) the other
+    # side; the rest on one of the last two
+    assert counter.frame_count == 4
+
+
+def sizes_summed(x, y):
+    return x.sum() if x.shape[0] + 2 * y.shape[0] > 12 else y.sum()
+
+
+def test_three_sizes_compared_are_a_linear_relation_not_pins(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    argsets = [(torch.randn(a), torch.randn(b)) for a, b in ((2, 3), (3, 4), (4, 2), (8, 3), (10, 2), (1, 6), (20, 1))]
+    counter = calls(sizes_summed, argsets)
+    assert counter.frame_count == 2
+    assert "L['x'].size(0) + 2 * L['y'].size(0) <= 12" in caplog.text

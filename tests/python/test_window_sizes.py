@@ -140,3 +140,35 @@ def two_inputs(x, y):
 def test_two_lengths_compared_are_pinned():
     counter = run(two_inputs, [(torch.randn(1, n), torch.randn(1, m)) for n, m in ((40, 30), (50, 20), (20, 40))])
     assert counter.frame_count == 3
+
+
+def short_of_huge(x):
+    h = x[:, 2:]
+    return torch.zeros(1) if h.shape[1] < 2 ** 40 else torch.ones(1)
+
+
+def test_the_searched_range_has_an_upper_bound_too():
+    # An empty tensor can be longer than the search's 2**40: it compiles again.
+    counter = run(short_of_huge, [(torch.randn(2, 10),), (torch.empty(0, 2 ** 40 + 5),)])
+    assert counter.frame_count == 2
+
+
+@torch.library.custom_op("framejit_tests::max_pool1d", mutates_args=())
+def named_like_a_pool(x: torch.Tensor, k: int) -> torch.Tensor:
+    n = x.shape[-1]
+    return x[..., : n // k if n % 7 else n].clone()
+
+
+@named_like_a_pool.register_fake
+def _(x, k):
+    n = x.shape[-1]
+    return x.new_empty(*x.shape[:-1], n // k if n % 7 else n)
+
+
+def custom_pooled(x):
+    h = torch.ops.framejit_tests.max_pool1d(x, 2)
+    return x.sum(-1) + 1 if h.shape[-1] < 8 else x.sum(-1)
+
+
+def test_a_custom_op_named_like_a_pooling_is_not_taken_for_it():
+    run(custom_pooled, [(torch.randn(2, n),) for n in (10, 12, 14, 15, 21, 6)])
