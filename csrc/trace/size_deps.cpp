@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <optional>
 #include <set>
@@ -783,6 +784,48 @@ std::optional<AtomSource> window_atom(Node* node, int dim) {
   return source;
 }
 
+// F.interpolate(x, scale_factor=s) (no size, the scale not recomputed): a spatial size is
+// floor(in * s), as aten's upsampling computes it.
+std::optional<AtomSource> scale_atom(Node* node, int dim) {
+  const std::string& text = node->target_text;
+  if (node->kind != NodeKind::kCallFunction ||
+      (text != "torch.nn.functional.interpolate" && text != "torch.nn.functional.upsample")) {
+    return std::nullopt;
+  }
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  if (!input || rank_of(input) != rank_of(node) || rank_of(node) < 3 || dim < 2) return std::nullopt;
+  const int spatial = rank_of(node) - 2;
+  const Arg* size = arg_at(node, 1, "size");
+  const Arg* factor = arg_at(node, 2, "scale_factor");
+  const Arg* recompute = arg_at(node, 5, "recompute_scale_factor");
+  if ((size != nullptr && !(size->kind == Arg::Kind::kConst && size->value.is_none())) || factor == nullptr ||
+      (recompute != nullptr && !(recompute->kind == Arg::Kind::kConst &&
+                                 (recompute->value.is_none() || recompute->value.ptr() == Py_False)))) {
+    return std::nullopt;
+  }
+  std::vector<Arg> items;
+  const Arg* chosen = factor;
+  if (sequence_items(*factor, items)) {
+    if (static_cast<int>(items.size()) != spatial) return std::nullopt;
+    chosen = &items[static_cast<size_t>(dim - 2)];
+  }
+  if (chosen->kind != Arg::Kind::kConst) return std::nullopt;
+  PyObject* value = chosen->value.ptr();
+  if (!PyFloat_CheckExact(value) && !PyLong_CheckExact(value)) return std::nullopt;
+  const double scale = PyFloat_Check(value) ? PyFloat_AsDouble(value) : PyLong_AsDouble(value);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return std::nullopt;
+  }
+  if (!(scale > 0) || scale > 1e6) return std::nullopt;
+  AtomSource source;
+  source.atom.kind = SizeAtom::Kind::kScale;
+  source.atom.scale = scale;
+  source.input = input;
+  source.in_dim = dim;
+  return source;
+}
+
 // x[start:stop:step] with constant ints (or None) along `dim` of a basic index.
 std::optional<AtomSource> slice_atom(Node* node, int dim) {
   if (node->infix != "[]" || node->args.empty() || !tensor_arg(&node->args[0])) return std::nullopt;
@@ -1191,6 +1234,7 @@ class Exact {
   // definition in atoms_ (its input's size exact too, the kernel's pinned).
   std::optional<LinearSize> atom(Node* node, int dim) {
     std::optional<AtomSource> source = window_atom(node, dim);
+    if (!source) source = scale_atom(node, dim);
     if (!source) source = slice_atom(node, dim);
     if (!source) return std::nullopt;
     std::optional<LinearSize> in = size(source->input, source->in_dim);
@@ -1718,6 +1762,11 @@ void add_split_count_deps(Node* split, const NodeFacts& facts, RankMemo& ranks,
 }
 
 __int128 SizeAtom::at(__int128 value) const {
+  if (kind == Kind::kScale) {
+    if (value < 0) return 0;  // (no tensor: 0 keeps it monotone)
+    if (value > (__int128{1} << 50)) value = __int128{1} << 50;  // (exact in a double)
+    return static_cast<__int128>(std::floor(static_cast<double>(value) * scale));
+  }
   if (kind == Kind::kWindow) {
     const __int128 top = value + add;
     __int128 quotient = top / divisor;

@@ -75,18 +75,20 @@ using ExactMemo = std::map<std::pair<Node*, int>, std::optional<LinearSize>>;
 
 // A size no sum of input sizes gives, but a monotone function of one size `in` does: the
 // spatial size of a convolution or a pooling, floor((in + add) / divisor) + 1 (`add` is twice
-// the padding less the kernel's span; padding="same": `in` itself), or the length of a
+// the padding less the kernel's span; padding="same": `in` itself), of an interpolation by a
+// scale factor, floor(in * scale) as torch computes it in doubles, or the length of a
 // constant slice of a dimension `in` long (`h[:, :, :-1]`, `x[2:]`; start < 0 with stop >= 0,
 // the one form whose length is not monotone in `in`, is none). As `in` grows the size never
 // shrinks, and `in` is a sum of input sizes and other atoms, so a comparison of such a size
 // with a constant holds on a range of one input size (SizeTracker::decide).
 struct SizeAtom {
-  enum class Kind { kWindow, kSlice };
+  enum class Kind { kWindow, kSlice, kScale };
   Kind kind = Kind::kWindow;
   LinearSize in;
   int64_t add = 0, divisor = 1, plus = 1;  // kWindow: floor((in + add) / divisor) + plus
   std::optional<int64_t> start, stop;      // kSlice: in[start:stop:step] (None: nullopt)
   int64_t step = 1;
+  double scale = 1;                        // kScale: floor(in * scale), scale > 0 (interpolate)
   // The size for `in` = value (any int: the function extends to all of them, still monotone).
   __int128 at(__int128 value) const;
 };

@@ -683,7 +683,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     }
     if (left.size() >= 2) return linear_relation();  // (inputs' sizes only: see above)
   }
-  if (linear && opaque) {
+  if ((linear && opaque) || !linear) {
     if (ValuePtr decided = decide_by_atoms(value, rel)) return decided;
   }
   // (Two inputs' sizes compared are a linear form above: guarded there as their relation.)
@@ -710,10 +710,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
 ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
   SizeAtoms atoms;
   SizeForm form;
-  if (!linear_form(value->items[0], 1, form, &atoms) || !linear_form(value->items[1], -1, form, &atoms) ||
-      atoms.empty()) {
-    return nullptr;
-  }
+  const bool linear = linear_form(value->items[0], 1, form, &atoms) &&
+                      linear_form(value->items[1], -1, form, &atoms);
+  if (linear && atoms.empty()) return nullptr;
   using Key = std::pair<Node*, int>;
   // A size as factor * f(v) + offset, f a chain of atoms over one input size v (none: a
   // constant): stage i's atom takes a times the next stage's size (v for the last) plus b.
@@ -779,6 +778,169 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
     chain.variable = key;
     return chain;
   };
+  if (!linear) {
+    // A product of sizes (`x.numel() * 2 > 2 ** 31`, each size an input's, a sum of them or
+    // a chain of atoms, none decreasing as its input size grows) against an int: the answer
+    // holds on a box of input sizes, grown from these in proportion while it does.
+    conditions.clear();
+    pinned = SizeDeps();
+    int64_t coeff = 1;
+    std::vector<ValuePtr> factors;
+    std::function<bool(const ValuePtr&)> collect = [&](const ValuePtr& v) {
+      if (v->is_const() && PyLong_CheckExact(v->obj.ptr())) {
+        int overflow = 0;
+        const int64_t n = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
+        return overflow == 0 && n > 0 && !__builtin_mul_overflow(coeff, n, &coeff) && coeff < (int64_t{1} << 40);
+      }
+      if (v->kind != VKind::kSymNum) return false;
+      if (v->size_of) {
+        factors.push_back(v);
+        return true;
+      }
+      if (!v->fn || v->items.size() != 2 || py::str(v->fn.attr("__name__")).cast<std::string>() != "mul") {
+        return false;
+      }
+      return collect(v->items[0]) && collect(v->items[1]);
+    };
+    int side = 0;
+    if (!collect(value->items[0])) {
+      side = 1;
+      coeff = 1;
+      factors.clear();
+      if (!collect(value->items[1])) return nullptr;
+    }
+    const ValuePtr& other = value->items[1 - side];
+    if (factors.size() < 2 || !other->is_const() || !PyLong_CheckExact(other->obj.ptr())) return nullptr;
+    int overflow = 0;
+    const int64_t bound = PyLong_AsLongLongAndOverflow(other->obj.ptr(), &overflow);
+    if (overflow != 0 || PyErr_Occurred()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    const SizeRelation r = side == 0 ? rel : flipped(rel);  // product REL bound
+    const bool upper = r == SizeRelation::kLt || r == SizeRelation::kLe;
+    if (!upper && r != SizeRelation::kGt && r != SizeRelation::kGe) return nullptr;
+    std::vector<Chain> chains;
+    std::vector<Key> variables;
+    std::vector<int> variable_of;  // per chain: its index in variables, -1 for a constant
+    for (const ValuePtr& factor : factors) {
+      std::optional<LinearSize> exact = exact_size_of(factor, &atoms);
+      if (!exact) return nullptr;
+      conditions.insert(exact->not_one.begin(), exact->not_one.end());
+      pinned.dims.insert(exact->pinned.begin(), exact->pinned.end());
+      std::optional<Chain> chain = chain_of(exact->terms, exact->offset);
+      if (!chain) return nullptr;
+      if (chain->variable.first != nullptr) {
+        bool growing = chain->factor > 0;  // (each atom grows with its input)
+        for (const Stage& stage : chain->stages) growing = growing == (stage.a > 0);
+        if (!growing) return nullptr;
+      }
+      int index = -1;
+      if (chain->variable.first != nullptr) {
+        auto at = std::find(variables.begin(), variables.end(), chain->variable);
+        index = static_cast<int>(at - variables.begin());
+        if (at == variables.end()) variables.push_back(chain->variable);
+      }
+      variable_of.push_back(index);
+      chains.push_back(std::move(*chain));
+    }
+    // Atoms that must not be 1 (a broadcast's): each keeps the sign of its size less 1 on a
+    // range of its input size, guarded with the box.
+    std::vector<std::pair<Key, std::pair<int64_t, int64_t>>> kept;
+    for (const Key& key : conditions) {
+      if (entry_.slot_of_placeholder(key.first) >= 0) continue;
+      std::optional<Chain> chain = chain_of({{key, 1}}, -1);
+      if (!chain || chain->variable.first == nullptr) return nullptr;
+      const Chain& c = *chain;
+      const int64_t v = c.variable.first->metas[0].sizes[c.variable.second];
+      auto sign_of = [&c](int64_t at) {
+        const __int128 g = c.at(at);
+        return g < 0 ? -1 : (g > 0 ? 1 : 0);
+      };
+      const int sign = sign_of(v);
+      if (sign == 0) return nullptr;
+      int64_t low = v, below = -1, high = v, above = (int64_t{1} << 40) + 1;
+      while (low - below > 1) {
+        const int64_t mid = below + (low - below) / 2;
+        (sign_of(mid) == sign ? low : below) = mid;
+      }
+      while (above - high > 1) {
+        const int64_t mid = high + (above - high) / 2;
+        (sign_of(mid) == sign ? high : above) = mid;
+      }
+      kept.push_back({c.variable, {low, high}});
+    }
+    if (variables.empty()) return nullptr;
+    constexpr __int128 kHuge = __int128{1} << 100;
+    // The product at sizes `at` of the variables, nullopt where a factor is negative there
+    // (no tensor has such sizes: what such a box would admit is not known).
+    auto product = [&](const std::vector<int64_t>& at) -> std::optional<__int128> {
+      __int128 total = coeff;
+      for (size_t i = 0; i < chains.size(); ++i) {
+        const __int128 size = chains[i].at(variable_of[i] < 0 ? 0 : at[static_cast<size_t>(variable_of[i])]);
+        if (size < 0) return std::nullopt;
+        total = size != 0 && total > kHuge / size ? kHuge : total * size;
+      }
+      return total;
+    };
+    auto holds = [r, bound](__int128 p) {
+      switch (r) {
+        case SizeRelation::kLt: return p < bound;
+        case SizeRelation::kLe: return p <= bound;
+        case SizeRelation::kGt: return p > bound;
+        default: return p >= bound;
+      }
+    };
+    std::vector<int64_t> now;
+    for (const Key& key : variables) now.push_back(key.first->metas[0].sizes[key.second]);
+    const int64_t traced = PyLong_AsLongLongAndOverflow(value->items[side]->obj.ptr(), &overflow);
+    std::optional<__int128> at_now = product(now);
+    if (overflow != 0 || !at_now || *at_now != traced || !holds(*at_now)) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    constexpr int64_t kLargest = int64_t{1} << 40;
+    // Box t: each size grown (or shrunk) by t plus t/8 of itself.
+    auto box = [&](int64_t t) {
+      std::vector<int64_t> at;
+      for (int64_t v : now) {
+        const __int128 step = __int128{t} + __int128{v} * t / 8;
+        const __int128 edge = upper ? v + step : v - step;
+        at.push_back(static_cast<int64_t>(edge > kLargest ? kLargest : (edge < 0 ? 0 : edge)));
+      }
+      return at;
+    };
+    auto fits = [&](int64_t t) {
+      std::optional<__int128> p = product(box(t));
+      return p && holds(*p);
+    };
+    int64_t good = 0, bad = kLargest + 1;
+    while (bad - good > 1) {
+      const int64_t mid = good + (bad - good) / 2;
+      (fits(mid) ? good : bad) = mid;
+    }
+    const std::vector<int64_t> edges = box(good);
+    for (const Key& key : conditions) {
+      if (entry_.slot_of_placeholder(key.first) < 0) continue;
+      size_range(value, {entry_.slot_of_placeholder(key.first), key.second}, SizeRelation::kNe, 1);
+    }
+    if (!pinned.dims.empty()) note_size_deps(pinned, "a kernel's or module's size in a size Python compares");
+    const std::string what = "a product of sizes compared (a box of them that keeps the answer)";
+    for (const auto& [key, range] : kept) {
+      const std::pair<int, int> size{entry_.slot_of_placeholder(key.first), key.second};
+      if (range.first > 0) guard_range(size, SizeRelation::kGe, range.first, "a broadcast size that must not be 1");
+      guard_range(size, SizeRelation::kLe, range.second, "a broadcast size that must not be 1");
+    }
+    for (size_t i = 0; i < variables.size(); ++i) {
+      const std::pair<int, int> size{entry_.slot_of_placeholder(variables[i].first), variables[i].second};
+      if (upper) {
+        guard_range(size, SizeRelation::kLe, edges[i], what);
+      } else if (edges[i] > 0) {
+        guard_range(size, SizeRelation::kGe, edges[i], what);
+      }
+    }
+    return Value::constant(value->obj);
+  }
   std::map<Key, int64_t> difference;
   for (const auto& [at, term] : form.terms) {
     if (term.factor == 0) continue;

@@ -172,3 +172,46 @@ def custom_pooled(x):
 
 def test_a_custom_op_named_like_a_pooling_is_not_taken_for_it():
     run(custom_pooled, [(torch.randn(2, n),) for n in (10, 12, 14, 15, 21, 6)])
+
+
+image_conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+
+
+def guarded_contiguous(x):
+    # diffusers' upsampler: `if hidden_states.numel() * scale_factor > pow(2, 31)`
+    h = image_conv(x)
+    if h.numel() * 2 > 20000:
+        return h.sum() + 1
+    return h.sum()
+
+
+def test_a_product_of_sizes_keeps_them_free_within_a_box(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    shapes = [(1, 8, 8), (1, 8, 9), (1, 9, 8), (2, 8, 8), (1, 8, 100), (2, 8, 80), (3, 8, 80), (1, 30, 30), (1, 8, 8)]
+    counter = run(guarded_contiguous, [(torch.randn(b, 3, h, w),) for b, h, w in shapes])
+    # batch, height and width grow together while 2 * 8 * B * H * W stays <= 20000 (the
+    # product grows with each, so a box of them keeps the answer); each box is its own graph
+    assert counter.frame_count == 4
+    assert "L['x'].size(3) <= 14: a product of sizes compared" in caplog.text
+    assert "L['x'].size(0) >= 2: a product of sizes compared" in caplog.text
+
+
+def upsampled(x):
+    h = torch.nn.functional.interpolate(conv_b(conv_a(x[:, None])), scale_factor=2.0, mode="nearest")
+    return h.mean(-1) if h.shape[-1] > 4 else h.sum(-1)
+
+
+def test_an_interpolation_by_a_scale_factor():
+    # floor(2 * (floor((floor((n - 10) / 5) + 1 - 3) / 2) + 1)) > 4: n >= 40
+    counter = run(upsampled, [(torch.randn(2, n),) for n in (80, 50, 40, 39, 30, 120)])
+    assert counter.frame_count == 2
+
+
+def numel_of_sizes_of_two_inputs(x, y):
+    return x.sum() if x.shape[0] * y.shape[0] >= 12 else y.sum()
+
+
+def test_two_inputs_sizes_multiplied():
+    argsets = [(torch.randn(a), torch.randn(b)) for a, b in ((3, 4), (4, 4), (6, 2), (2, 5), (1, 3), (12, 1), (20, 20))]
+    run(numel_of_sizes_of_two_inputs, argsets)
