@@ -803,7 +803,7 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
       return collect(v->items[0]) && collect(v->items[1]);
     };
     int side = 0;
-    if (!collect(value->items[0])) {
+    if (!collect(value->items[0]) || factors.empty()) {  // (`12 <= a * b`: the product is right)
       side = 1;
       coeff = 1;
       factors.clear();
@@ -847,9 +847,16 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
     // Atoms that must not be 1 (a broadcast's): each keeps the sign of its size less 1 on a
     // range of its input size, guarded with the box.
     std::vector<std::pair<Key, std::pair<int64_t, int64_t>>> kept;
-    for (const Key& key : conditions) {
-      if (entry_.slot_of_placeholder(key.first) >= 0) continue;
+    std::set<Key> todo = conditions, done;  // (chain_of adds the conditions of what it reads)
+    while (!todo.empty()) {
+      const Key key = *todo.begin();
+      todo.erase(todo.begin());
+      if (!done.insert(key).second || entry_.slot_of_placeholder(key.first) >= 0) continue;
+      const std::set<Key> before = conditions;
       std::optional<Chain> chain = chain_of({{key, 1}}, -1);
+      for (const Key& added : conditions) {
+        if (!before.count(added)) todo.insert(added);
+      }
       if (!chain || chain->variable.first == nullptr) return nullptr;
       const Chain& c = *chain;
       const int64_t v = c.variable.first->metas[0].sizes[c.variable.second];
@@ -891,15 +898,18 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
         default: return p >= bound;
       }
     };
+    constexpr int64_t kLargest = int64_t{1} << 40;  // sizes searched: 0 .. kLargest
     std::vector<int64_t> now;
-    for (const Key& key : variables) now.push_back(key.first->metas[0].sizes[key.second]);
+    for (const Key& key : variables) {
+      now.push_back(key.first->metas[0].sizes[key.second]);
+      if (now.back() > kLargest) return nullptr;
+    }
     const int64_t traced = PyLong_AsLongLongAndOverflow(value->items[side]->obj.ptr(), &overflow);
     std::optional<__int128> at_now = product(now);
     if (overflow != 0 || !at_now || *at_now != traced || !holds(*at_now)) {
       PyErr_Clear();
       return nullptr;
     }
-    constexpr int64_t kLargest = int64_t{1} << 40;
     // Box t: each size grown (or shrunk) by t plus t/8 of itself.
     auto box = [&](int64_t t) {
       std::vector<int64_t> at;
@@ -914,6 +924,7 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
       std::optional<__int128> p = product(box(t));
       return p && holds(*p);
     };
+    if (!fits(0)) return nullptr;
     int64_t good = 0, bad = kLargest + 1;
     while (bad - good > 1) {
       const int64_t mid = good + (bad - good) / 2;

@@ -215,3 +215,24 @@ def numel_of_sizes_of_two_inputs(x, y):
 def test_two_inputs_sizes_multiplied():
     argsets = [(torch.randn(a), torch.randn(b)) for a, b in ((3, 4), (4, 4), (6, 2), (2, 5), (1, 3), (12, 1), (20, 20))]
     run(numel_of_sizes_of_two_inputs, argsets)
+
+
+def product_against_huge(x, y):
+    return y + 1 if x.shape[0] * y.shape[0] > 2 ** 44 else y - 1
+
+
+def test_a_product_past_the_searched_sizes_is_pinned():
+    huge = lambda n: torch.zeros(1).expand(n)  # no memory
+    run(product_against_huge, [(huge(2 ** 45), torch.zeros(1)), (huge(2 ** 40 + 5), torch.zeros(1))])
+
+
+def constant_first(x, y):
+    return x.sum() if 12 <= x.shape[0] * y.shape[0] else y.sum()
+
+
+def test_a_constant_on_the_left_of_a_product():
+    argsets = [(torch.randn(a), torch.randn(b)) for a, b in ((3, 4), (4, 4), (2, 7), (1, 3), (2, 2))]
+    counter = run(constant_first, argsets)
+    # (3, 4): true on the box x >= 3, y >= 4, which (4, 4) is in; (2, 7): true on x >= 2, y >= 7;
+    # (1, 3): false on x <= 2, y <= 4, which (2, 2) is in
+    assert counter.frame_count == 3
