@@ -739,6 +739,16 @@ def position_row(x, pos):
     f = _rotary[pos: pos + 1]
     assert f.shape == (1, 8)
     return x * f
+_strided = torch.nn.Conv1d(4, 4, 3, stride=2)
+example("if conv(x).shape[-1] > 1:")(lambda x: x * 2 if _strided(x[None]).shape[-1] > 1 else x)
+example("if x.numel() * 2 > 2 ** 31:")(lambda x: x.contiguous() if x.numel() * 2 > 2 ** 31 else x * 2)
+
+
+@example("if n + x.size(0) >= 10:", make=lambda: (torch.randn(4, 4), 3))
+def linear_relation_row(x, n):
+    return x * 2 if n + x.size(0) >= 10 else x - n
+
+
 example('x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1)')(
     lambda x: x.view(torch.div(x.size(0), 2, rounding_mode="trunc"), -1) * 2)
 example("x[x > 0]")(lambda x: x[x > 0] * 2)
