@@ -47,7 +47,8 @@ std::string object_text(PyObject* obj) {
 // config's __dict__ for each attribute read through its __getattribute__).
 bool same_guard(const Guard& a, const Guard& b) {
   if (a.kind != b.kind || a.slot != b.slot || a.n != b.n || a.spec != b.spec || a.dim != b.dim ||
-      a.other_dim != b.other_dim || a.rel != b.rel || !(a.terms == b.terms)) {
+      a.other_dim != b.other_dim || a.rel != b.rel || !(a.terms == b.terms) ||
+      a.modulus != b.modulus || a.remainder != b.remainder) {
     return false;
   }
   PyObject* x = a.expected.ptr();
@@ -221,7 +222,8 @@ void GuardSet::add_int_relation(int slot, SizeRelation rel, int64_t bound) {
 }
 
 std::string linear_relation_text(const std::vector<Guard::Term>& terms, int64_t constant,
-                                 SizeRelation rel, const SourceTable& sources) {
+                                 SizeRelation rel, const SourceTable& sources, int64_t modulus,
+                                 int64_t remainder) {
   std::string sum;
   for (const Guard::Term& term : terms) {
     const int64_t size = term.factor < 0 ? -term.factor : term.factor;
@@ -230,16 +232,23 @@ std::string linear_relation_text(const std::vector<Guard::Term>& terms, int64_t 
     sum += sources.at(term.slot).text;
     if (term.dim >= 0) sum += fmt::format(".size({})", term.dim);
   }
+  if (modulus > 0) {
+    if (constant != 0) sum += fmt::format(" {} {}", constant < 0 ? "-" : "+", constant < 0 ? -constant : constant);
+    return fmt::format("({}) % {} {} {}", sum, modulus, relation_text(rel), remainder);
+  }
   return fmt::format("{} {} {}", sum, relation_text(rel), -constant);
 }
 
-void GuardSet::add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel) {
+void GuardSet::add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel,
+                                   int64_t modulus, int64_t remainder) {
   int last = 0;  // checked when the last of its slots is read
   for (const Guard::Term& term : terms) last = std::max(last, term.slot);
   Guard guard{GuardKind::kLinearRelation, last, py::none()};
   guard.n = constant;
   guard.rel = static_cast<uint8_t>(rel);
   guard.terms = std::move(terms);
+  guard.modulus = modulus;
+  guard.remainder = remainder;
   push(guard);
   sorted_ = false;
 }
@@ -308,6 +317,10 @@ bool GuardSet::check_one(const Guard& guard, PyObject* value, PyObject* const* s
         if (__builtin_mul_overflow(x, term.factor, &scaled) || __builtin_add_overflow(total, scaled, &total)) {
           return false;  // (past int64: the trace saw a sum within it)
         }
+      }
+      if (guard.modulus > 0) {  // Python's %: the divisor's sign
+        const int64_t mod = ((total % guard.modulus) + guard.modulus) % guard.modulus;
+        return relation_holds(static_cast<SizeRelation>(guard.rel), mod, guard.remainder);
       }
       return relation_holds(static_cast<SizeRelation>(guard.rel), total, 0);
     }
@@ -419,7 +432,8 @@ std::string GuardSet::describe(const Guard& guard, const SourceTable& sources) c
                          guard.n);
     case GuardKind::kLinearRelation:
       return "LINEAR_RELATION " +
-             linear_relation_text(guard.terms, guard.n, static_cast<SizeRelation>(guard.rel), sources);
+             linear_relation_text(guard.terms, guard.n, static_cast<SizeRelation>(guard.rel), sources,
+                                  guard.modulus, guard.remainder);
     case GuardKind::kDictContains:
       return fmt::format("DICT_CONTAINS {} in {} is {}", object_text(guard.expected.ptr()), src,
                          guard.n ? "True" : "False");

@@ -29,7 +29,8 @@ enum class GuardKind : uint8_t {
                   // trace decided on an int input (`if step < warmup`)
   kLinearRelation,  // sum of factor * (a slot's int, or a size of a slot's tensor) + n REL 0,
                     // checked at the last of those slots: a comparison the trace decided on int
-                    // inputs and sizes together (`cumulative_length + q_length >= window`)
+                    // inputs and sizes together (`cumulative_length + q_length >= window`); with
+                    // a modulus m, (sum + n) % m REL `remainder` (`height % 8 != 0`)
   kTypeVersion,   // value is the class in expected = (class, name, present, found) and looking
                   // name up on it finds something iff present (and, unless found is None, finds
                   // found itself). Fast path: the class's attribute
@@ -57,6 +58,8 @@ struct Guard {
     }
   };
   std::vector<Term> terms;  // kLinearRelation (n: the constant)
+  int64_t modulus = 0;      // kLinearRelation: 0, or the sum is taken modulo this (> 0)
+  int64_t remainder = 0;    // and compared with this
 };
 
 // How two sizes compare in a kSizeRelation guard.
@@ -82,7 +85,8 @@ inline const char* relation_text(SizeRelation rel) {
 }
 // `L['n'] + L['x'].size(1) >= 4096` for terms + constant REL 0.
 std::string linear_relation_text(const std::vector<Guard::Term>& terms, int64_t constant,
-                                 SizeRelation rel, const SourceTable& sources);
+                                 SizeRelation rel, const SourceTable& sources, int64_t modulus = 0,
+                                 int64_t remainder = 0);
 inline bool relation_holds(SizeRelation rel, int64_t a, int64_t b) {
   switch (rel) {
     case SizeRelation::kLt: return a < b;
@@ -152,7 +156,8 @@ class GuardSet {
   // value(slot) REL bound, value(slot) an int.
   void add_int_relation(int slot, SizeRelation rel, int64_t bound);
   // sum(terms) + constant REL 0 (kLinearRelation).
-  void add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel);
+  void add_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel,
+                           int64_t modulus = 0, int64_t remainder = 0);
   // kDistinct / kSame between two slots, kept on the later one (checked once both are read).
   void add_pair(GuardKind kind, int slot, int other);
   // Tensor guards check rank, dtype, device, requires_grad and type but no strides, and no

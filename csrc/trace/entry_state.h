@@ -103,8 +103,10 @@ class EntryState {
     guards_.add_int_relation(slot, rel, bound);
   }
   // sum(terms) + constant REL 0 over int inputs and input sizes stays true.
-  void guard_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel) {
-    guards_.add_linear_relation(std::move(terms), constant, rel);
+  // With a modulus: (sum(terms) + constant) % modulus REL remainder.
+  void guard_linear_relation(std::vector<Guard::Term> terms, int64_t constant, SizeRelation rel,
+                             int64_t modulus = 0, int64_t remainder = 0) {
+    guards_.add_linear_relation(std::move(terms), constant, rel, modulus, remainder);
   }
   // The objects read from two sources are not the same object (the trace took them as two).
   void guard_distinct(int slot, int other) { guards_.add_distinct(slot, other); }

@@ -683,6 +683,9 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
     }
     if (left.size() >= 2) return linear_relation();  // (inputs' sizes only: see above)
   }
+  if (!linear) {
+    if (ValuePtr decided = decide_modulo(value, rel)) return decided;
+  }
   if ((linear && opaque) || !linear) {
     if (ValuePtr decided = decide_by_atoms(value, rel)) return decided;
   }
@@ -705,6 +708,53 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
   if (overflow != 0 || c <= INT64_MIN + 1 || c >= INT64_MAX - 1) return specialize(value);
   if (rel == SizeRelation::kEq) return specialize(value);  // one size: pinned
   return size_range(value, size, rel, c);
+}
+
+ValuePtr SizeTracker::decide_modulo(const ValuePtr& value, SizeRelation rel) {
+  auto as_int = [](const ValuePtr& v, int64_t& out) {
+    if (!v->is_const() || !PyLong_CheckExact(v->obj.ptr())) return false;
+    int overflow = 0;
+    out = PyLong_AsLongLongAndOverflow(v->obj.ptr(), &overflow);
+    return overflow == 0 && out < (int64_t{1} << 40) && out > -(int64_t{1} << 40);
+  };
+  int side = -1;
+  int64_t modulus = 0, remainder = 0;
+  for (int i = 0; i < 2 && side < 0; ++i) {
+    const ValuePtr& v = value->items[i];
+    if (v->kind != VKind::kSymNum || !v->fn || v->items.size() != 2 ||
+        py::str(v->fn.attr("__name__")).cast<std::string>() != "mod") {
+      continue;
+    }
+    if (as_int(v->items[1], modulus) && modulus > 0 && as_int(value->items[1 - i], remainder)) side = i;
+  }
+  if (side < 0) return nullptr;
+  SizeForm form;
+  if (!linear_form(value->items[side]->items[0], 1, form, nullptr)) return nullptr;
+  std::vector<Guard::Term> sum;
+  for (const auto& [key, term] : form.terms) {
+    if (term.factor == 0) continue;
+    if (term.slot < 0) return nullptr;  // a size no sum of input sizes gives
+    sum.push_back(Guard::Term{term.slot, term.dim, term.factor});
+  }
+  for (const auto& [node, dim] : form.not_one) {
+    if (entry_.slot_of_placeholder(node) < 0) return nullptr;
+  }
+  if (sum.empty()) return nullptr;
+  for (const auto& [node, dim] : form.not_one) {
+    size_range(value, {entry_.slot_of_placeholder(node), dim}, SizeRelation::kNe, 1);
+  }
+  if (!form.pinned.dims.empty()) {
+    note_size_deps(form.pinned, "a module's parameter or buffer size in a sum or product of sizes");
+  }
+  const SizeRelation r = side == 0 ? rel : flipped(rel);  // (sum % modulus) r remainder
+  std::sort(sum.begin(), sum.end(), [](const Guard::Term& a, const Guard::Term& b) {
+    return std::make_pair(a.slot, a.dim) < std::make_pair(b.slot, b.dim);
+  });
+  dim_reads_.push_back(fmt::format("{}: a comparison at {}",
+                                   linear_relation_text(sum, form.offset, r, entry_.sources(), modulus, remainder),
+                                   recorder_.site().here()));
+  entry_.guard_linear_relation(std::move(sum), form.offset, r, modulus, remainder);
+  return Value::constant(value->obj);
 }
 
 ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {

@@ -186,6 +186,10 @@ class SizeTracker {
   // convolution's output length against 1) whose relation `rel` holds: the range of that
   // input size with the same answer, guarded; nullptr where the comparison is no such thing.
   ValuePtr decide_by_atoms(const ValuePtr& value, SizeRelation rel);
+  // decide() for `(sum) % k REL c` with the sum of input sizes and int inputs (diffusers'
+  // `dim % 2 ** n != 0`, a step counter's `step % every == 0`): guarded as that (a linear
+  // relation with a modulus); nullptr for anything else.
+  ValuePtr decide_modulo(const ValuePtr& value, SizeRelation rel);
   // A placeholder for a parameter or a module's buffer: sizes that change only when the model
   // does (torch.compile keeps them static), which a product of sizes may take as constants.
   bool is_module_state(Node* node) const;

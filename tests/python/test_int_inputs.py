@@ -242,3 +242,31 @@ def test_three_sizes_compared_are_a_linear_relation_not_pins(caplog):
     counter = calls(sizes_summed, argsets)
     assert counter.frame_count == 2
     assert "L['x'].size(0) + 2 * L['y'].size(0) <= 12" in caplog.text
+
+
+def every_third(x, n):
+    return x * 2 if n % 3 == 0 else x + 1
+
+
+def test_an_int_modulo_a_constant_is_guarded_as_that(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    x = torch.randn(3)
+    counter = calls(every_third, [(x, n) for n in range(20)])
+    assert counter.frame_count == 3  # n=0 pinned; then one graph per answer
+    assert "LINEAR_RELATION (L['n']) % 3 == 0" in caplog.text
+    assert "LINEAR_RELATION (L['n']) % 3 != 0" in caplog.text
+
+
+def multiple_of_four(x):
+    # diffusers' UNet2DConditionModel: forward the upsample size when a side is no multiple
+    for dim in x.shape[-2:]:
+        if dim % 4 != 0:
+            return x * 2
+    return x + 1
+
+
+def test_a_size_modulo_a_constant_pins_no_size():
+    shapes = [(8, 8), (16, 12), (8, 9), (7, 8), (12, 16), (5, 5), (4, 40), (40, 41)]
+    counter = calls(multiple_of_four, [(torch.randn(1, h, w),) for h, w in shapes])
+    assert counter.frame_count == 3  # both multiples; the width not; the height not
