@@ -731,9 +731,28 @@ ValuePtr SizeTracker::decide_modulo(const ValuePtr& value, SizeRelation rel) {
   SizeForm form;
   if (!linear_form(value->items[side]->items[0], 1, form, nullptr)) return nullptr;
   std::vector<Guard::Term> sum;
+  // The guard adds factor * value to the offset term by term and fails on an int64 overflow:
+  // it must not overflow at the values traced (a huge int input), or it fails where it was made.
+  int64_t total = form.offset;
   for (const auto& [key, term] : form.terms) {
     if (term.factor == 0) continue;
     if (term.slot < 0) return nullptr;  // a size no sum of input sizes gives
+    int64_t now = 0;
+    if (term.int_input) {
+      int overflow = 0;
+      now = PyLong_AsLongLongAndOverflow(static_cast<const Value*>(key.first)->obj.ptr(), &overflow);
+      if (overflow != 0 || PyErr_Occurred()) {
+        PyErr_Clear();
+        return nullptr;
+      }
+    } else {
+      now = static_cast<const Node*>(key.first)->metas[0].sizes[term.dim];
+    }
+    int64_t scaled = 0;
+    if (__builtin_mul_overflow(now, term.factor, &scaled) || __builtin_add_overflow(total, scaled, &total) ||
+        total > (int64_t{1} << 62) || total < -(int64_t{1} << 62)) {
+      return nullptr;  // (the order differs from the guard's: a margin for it)
+    }
     sum.push_back(Guard::Term{term.slot, term.dim, term.factor});
   }
   for (const auto& [node, dim] : form.not_one) {

@@ -270,3 +270,16 @@ def test_a_size_modulo_a_constant_pins_no_size():
     shapes = [(8, 8), (16, 12), (8, 9), (7, 8), (12, 16), (5, 5), (4, 40), (40, 41)]
     counter = calls(multiple_of_four, [(torch.randn(1, h, w),) for h, w in shapes])
     assert counter.frame_count == 3  # both multiples; the width not; the height not
+
+
+def huge_modulo(x, n):
+    return x * 2 if (2 * n) % 3 == 0 else x + 1
+
+
+def test_a_modulo_of_a_huge_int_pins_it_and_warns_nothing():
+    # 2 * n past int64 cannot be the guard's sum: such a value is pinned, as before
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calls(huge_modulo, [(torch.ones(3), n) for n in (1, 2, 2 ** 63 - 1, 2 ** 62 + 1, 5)])
+    assert not [w for w in caught if "framejit" in str(w.message)]
