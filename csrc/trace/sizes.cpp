@@ -307,18 +307,14 @@ void SizeTracker::guard_used_lengths() {
       if (found == unguarded_lengths_.end()) continue;
       SliceBounds bounds = std::move(found->second);
       unguarded_lengths_.erase(found);  // first: guarding it walks again
-      // A position into a table (`freqs[pos : pos + T]`): the table's size and the sizes beside
-      // the position pinned, so the bound is a range of the position (`pos <= 127`); a relation
-      // of a position with sizes is no guard framejit has, and pinning the position instead
-      // would compile once for each.
+      // A position into a table (`freqs[pos : pos + T]`): the table's size pinned, so the bound
+      // is a range of the position (`pos <= 127`), or with a size beside it a linear relation
+      // (`pos + T <= 128`) that pins neither.
       std::vector<ValuePtr> leaves;
       collect_leaves(bounds.start, leaves);
       collect_leaves(bounds.stop, leaves);
       if (std::any_of(leaves.begin(), leaves.end(), [](const ValuePtr& leaf) { return leaf->int_input; })) {
         bounds.size = specialize(bounds.size);
-        for (const ValuePtr& leaf : leaves) {
-          if (leaf->size_of) note_dim_read(leaf->size_of, leaf->size_dim, "a size beside a position in a slice");
-        }
       }
       // 0 <= start <= stop <= size, true now: guarded as decide() guards a branch.
       py::object le = PyRefs::get().operator_module.attr("le");

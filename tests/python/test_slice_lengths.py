@@ -1,8 +1,9 @@
 """A tensor sliced with bounds that differ by a constant or by sizes (`freqs[pos : pos + T]`,
 `h[:, T - 1 : T]`) is that long while 0 <= start and stop <= the size it is taken from: Python
 reading its size (`assert freqs.shape == (T, d)` in Meta's reference Llama) pins no position,
-and those two conditions are guarded (as ranges of the position, `INT_RELATION L['pos'] <= 63`)
-only where a size read relies on the length. A position outside them compiles again and gives
+and those two conditions are guarded (as ranges of the position, `INT_RELATION L['pos'] <= 63`,
+or with a length beside it as a linear relation, `L['pos'] + L['x'].size(0) <= 64`) only where a
+size read relies on the length. A position outside them compiles again and gives
 eager's result (a shorter slice). Each test compares with eager and counts graphs."""
 import logging
 
@@ -49,7 +50,7 @@ def test_a_position_past_the_end_compiles_again_and_matches_eager(caplog):
     x = torch.randn(1, 8)
     # 62, 63: one row; 64, 70: none (past the end); then inside again.
     counter = run(table_rows, [(x, p) for p in (1, 2, 62, 63, 64, 70, 5)])
-    assert "INT_RELATION L['pos'] <= 63" in caplog.text
+    assert "LINEAR_RELATION L['pos'] + L['x'].size(0) <= 64" in caplog.text  # x's size stays free
     assert "INT_RELATION L['pos'] >= 0" in caplog.text
     assert counter.frame_count == 4  # 1 pinned, 2-63 one graph, 64 and 70 pinned (no row)
 
@@ -202,3 +203,20 @@ def test_a_length_that_would_go_negative_is_guarded_not_assumed(fn):
     # [2 : T - 1] only while 2 <= T - 1 (crossed bounds give nothing). Found in review: the
     # first version guarded 0 <= start and stop <= size only, and T = 2 took the wrong branch.
     run(fn, [(torch.randn(n),) for n in (6, 7, 4, 2, 3, 1, 9)])
+
+
+def rotary_rows(x, pos):
+    f = table[pos: pos + x.shape[0]]
+    assert f.shape == (x.shape[0], 8)
+    return x * f
+
+
+def test_a_position_and_a_length_that_both_vary_pin_neither(caplog):
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    steps = [(torch.randn(t, 8), pos) for pos, t in ((0, 4), (3, 4), (4, 5), (10, 2), (50, 14), (60, 3), (2, 7))]
+    counter = run(rotary_rows, steps)
+    assert counter.frame_count == 2  # pos pinned first; then pos + T <= 64 (both free)
+    assert "LINEAR_RELATION L['pos'] + L['x'].size(0) <= 64" in caplog.text
+    with pytest.raises(AssertionError):  # past the end: eager's assertion
+        framejit.compile(rotary_rows)(torch.randn(5, 8), 62)
