@@ -122,8 +122,11 @@ bool should_skip_code(PyCodeObject* code, bool as_frame) {
   const std::string filename = name;
   if (filename.empty()) return true;
   const RuntimeState& rs = runtime_state();
+  // framejit's own Python forms and the helpers they call: inlined where the trace calls them,
+  // never hooked as frames of their own (one that escapes the trace, a manager made in it, runs
+  // as plain Python like the rest of framejit).
   for (const auto& known : rs.allow_codes) {
-    if (known.ptr() == reinterpret_cast<PyObject*>(code)) return false;
+    if (known.ptr() == reinterpret_cast<PyObject*>(code)) return as_frame;
   }
   for (const auto& [prefix, rule] : rs.path_rules) {
     if (starts_with(filename, prefix)) {

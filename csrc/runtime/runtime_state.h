@@ -26,8 +26,8 @@ struct RuntimeState {
   // The trace policy: (file-name prefix, TraceRule), longest prefix first; the first that
   // matches a code object's file decides; a file no rule matches is traced.
   std::vector<std::pair<std::string, TraceRule>> path_rules;
-  // Code objects traced even where their file is skipped: the forward of a torch.nn module
-  // compiled directly (framejit.compile(nn.TransformerEncoderLayer(...))). Strong references.
+  // Code objects inlined even though their file is skipped: framejit's own Python forms and
+  // the helpers they call (_python_forms.py). Never hooked as frames. Strong references.
   std::vector<py::object> allow_codes;
   int active_threads = 0;  // threads inside a compiled function (GIL-protected)
   int next_graph_id = 0;

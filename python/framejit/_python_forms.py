@@ -485,6 +485,18 @@ def _manager_form(helper):
     return form
 
 
+def trace_contextmanager(func):
+    """contextlib.contextmanager(func) called in the trace (a manager defined inside the compiled
+    function): the helper it returns, whose calls make the trace's manager over func's
+    generator, as a @contextmanager function defined outside does (_manager_form)."""
+
+    @functools.wraps(func)
+    def helper(*args, **kwds):
+        return _GeneratorManager(func, args, kwds)
+
+    return helper
+
+
 def trace_group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
     """torch._C._group_tensors_by_device_and_dtype (C++; clip_grad_norm_ and the foreach helpers
     group their tensor lists with it): the lists split by the device and dtype of the first
@@ -542,6 +554,7 @@ _FORMS = {
     operator.methodcaller: trace_methodcaller,
     os.getenv: trace_getenv,
     contextlib.suppress: trace_suppress,
+    contextlib.contextmanager: trace_contextmanager,
     **TORCH_FORMS,
 }
 

@@ -863,6 +863,20 @@ def ex_generator_manager(x):
     return y
 
 
+@example("with scaled_here() as k:")
+def ex_generator_manager_made_here(x):
+    @contextlib.contextmanager
+    def scaled_here():
+        try:
+            yield 3.0
+        finally:
+            pass
+
+    with scaled_here() as k:
+        y = x * k
+    return y
+
+
 @example("torch.nn.init._calculate_fan_in_and_fan_out(x)")
 def ex_init_fans(x):
     fan_in, fan_out = torch.nn.init._calculate_fan_in_and_fan_out(x)

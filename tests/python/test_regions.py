@@ -438,6 +438,38 @@ def test_a_generator_manager_the_trace_cannot_finish_is_contextlibs_and_matches_
             compiled(manager_fn, torch.ones(2))
 
 
+def defines_its_manager(x, events, brk=False):
+    @contextlib.contextmanager
+    def block(k):
+        events.append("enter")
+        try:
+            yield k * 2
+        finally:
+            events.append("exit")
+
+    with block(3) as k:
+        if brk:
+            print("inside")  # a break inside: the manager made in the trace runs as plain Python
+        y = x * k
+    return y + 1
+
+
+def test_a_contextmanager_defined_inside_the_compiled_function_is_traced(recwarn, capsys):
+    # contextlib.contextmanager called in the trace: its manager runs the generator in the trace
+    # (one graph, no recompile per call, though the function is made anew by every call).
+    for brk, graphs in ((False, 1), (True, 2)):
+        counter = CompileCounter()
+        compiled = framejit.compile(defines_its_manager, backend=counter)
+        for _ in range(3):
+            events, ref_events = [], []
+            out = compiled(torch.ones(2), events, brk)
+            assert same(out, defines_its_manager(torch.ones(2), ref_events, brk))
+            assert events == ref_events == ["enter", "exit"]
+        assert counter.frame_count == graphs, brk
+        framejit.reset()
+    assert not [w for w in recwarn if issubclass(w.category, framejit.FramejitWarning)]
+
+
 def uses_inference_mode(x):
     y = x * 2
     with torch.inference_mode():
