@@ -65,6 +65,18 @@ void collect_leaves(const ValuePtr& value, std::vector<ValuePtr>& out) {
   for (const auto& item : value->items) collect_leaves(item, out);
 }
 
+// Binary search from `good`, where `holds` is true, towards `bad`, where it is false or which is
+// out of range: the last value from good towards bad where it still holds. `holds` must change
+// once between them (a monotone condition), so the answer is the edge of its range there.
+template <typename Holds>
+int64_t last_holding(int64_t good, int64_t bad, const Holds& holds) {
+  while (good - bad > 1 || bad - good > 1) {
+    const int64_t mid = good + (bad - good) / 2;
+    (holds(mid) ? good : bad) = mid;
+  }
+  return good;
+}
+
 }  // namespace
 
 SizeTracker::SizeTracker(EntryState& entry, GraphRecorder& recorder)
@@ -624,13 +636,7 @@ ValuePtr SizeTracker::decide(const ValuePtr& value) {
       guard_conditions();
       std::vector<Guard::Term> sum;
       for (const auto& [size, factor] : left) sum.push_back(Guard::Term{size.first, size.second, factor});
-      std::sort(sum.begin(), sum.end(), [](const Guard::Term& a, const Guard::Term& b) {
-        return std::make_pair(a.slot, a.dim) < std::make_pair(b.slot, b.dim);  // (one order: one text)
-      });
-      dim_reads_.push_back(fmt::format("{}: a comparison at {}",
-                                       linear_relation_text(sum, offset, rel, entry_.sources()),
-                                       recorder_.site().here()));
-      entry_.guard_linear_relation(std::move(sum), offset, rel);
+      guard_linear(std::move(sum), offset, rel, 0, 0);
       return Value::constant(value->obj);
     };
     if (int_inputs > 0) {
@@ -761,15 +767,20 @@ ValuePtr SizeTracker::decide_modulo(const ValuePtr& value, SizeRelation rel) {
   if (!form.pinned.dims.empty()) {
     note_size_deps(form.pinned, "a module's parameter or buffer size in a sum or product of sizes");
   }
-  const SizeRelation r = side == 0 ? rel : flipped(rel);  // (sum % modulus) r remainder
+  // (sum % modulus) REL remainder, the sum on the left
+  guard_linear(std::move(sum), form.offset, side == 0 ? rel : flipped(rel), modulus, remainder);
+  return Value::constant(value->obj);
+}
+
+void SizeTracker::guard_linear(std::vector<Guard::Term> sum, int64_t offset, SizeRelation rel,
+                               int64_t modulus, int64_t remainder) {
   std::sort(sum.begin(), sum.end(), [](const Guard::Term& a, const Guard::Term& b) {
-    return std::make_pair(a.slot, a.dim) < std::make_pair(b.slot, b.dim);
+    return std::make_pair(a.slot, a.dim) < std::make_pair(b.slot, b.dim);  // (one order: one text)
   });
   dim_reads_.push_back(fmt::format("{}: a comparison at {}",
-                                   linear_relation_text(sum, form.offset, r, entry_.sources(), modulus, remainder),
+                                   linear_relation_text(sum, offset, rel, entry_.sources(), modulus, remainder),
                                    recorder_.site().here()));
-  entry_.guard_linear_relation(std::move(sum), form.offset, r, modulus, remainder);
-  return Value::constant(value->obj);
+  entry_.guard_linear_relation(std::move(sum), offset, rel, modulus, remainder);
 }
 
 ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
@@ -931,16 +942,9 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
       };
       const int sign = sign_of(v);
       if (sign == 0) return nullptr;
-      int64_t low = v, below = -1, high = v, above = (int64_t{1} << 40) + 1;
-      while (low - below > 1) {
-        const int64_t mid = below + (low - below) / 2;
-        (sign_of(mid) == sign ? low : below) = mid;
-      }
-      while (above - high > 1) {
-        const int64_t mid = high + (above - high) / 2;
-        (sign_of(mid) == sign ? high : above) = mid;
-      }
-      kept.push_back({c.variable, {low, high}});
+      auto keeps_sign = [&](int64_t at) { return sign_of(at) == sign; };
+      kept.push_back({c.variable, {last_holding(v, -1, keeps_sign),
+                                   last_holding(v, (int64_t{1} << 40) + 1, keeps_sign)}});
     }
     if (variables.empty()) return nullptr;
     constexpr __int128 kHuge = __int128{1} << 100;
@@ -990,12 +994,7 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
       return p && holds(*p);
     };
     if (!fits(0)) return nullptr;
-    int64_t good = 0, bad = kLargest + 1;
-    while (bad - good > 1) {
-      const int64_t mid = good + (bad - good) / 2;
-      (fits(mid) ? good : bad) = mid;
-    }
-    const std::vector<int64_t> edges = box(good);
+    const std::vector<int64_t> edges = box(last_holding(0, kLargest + 1, fits));
     for (const Key& key : conditions) {
       if (entry_.slot_of_placeholder(key.first) < 0) continue;
       size_range(value, {entry_.slot_of_placeholder(key.first), key.second}, SizeRelation::kNe, 1);
@@ -1085,16 +1084,7 @@ ValuePtr SizeTracker::decide_by_atoms(const ValuePtr& value, SizeRelation rel) {
     }
     return true;
   };
-  int64_t low = now, below = -1;  // same(low); not same(below), or below < 0
-  while (low - below > 1) {
-    const int64_t mid = below + (low - below) / 2;
-    (same(mid) ? low : below) = mid;
-  }
-  int64_t high = now, above = kLargest + 1;
-  while (above - high > 1) {
-    const int64_t mid = high + (above - high) / 2;
-    (same(mid) ? high : above) = mid;
-  }
+  const int64_t low = last_holding(now, -1, same), high = last_holding(now, kLargest + 1, same);
   const std::pair<int, int> size{entry_.slot_of_placeholder(variable.first), variable.second};
   const std::string what = "a comparison of a size a convolution, pooling or slice made from it";
   if (low > 0) guard_range(size, SizeRelation::kGe, low, what);

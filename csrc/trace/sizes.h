@@ -190,6 +190,10 @@ class SizeTracker {
   // `dim % 2 ** n != 0`, a step counter's `step % every == 0`): guarded as that (a linear
   // relation with a modulus); nullptr for anything else.
   ValuePtr decide_modulo(const ValuePtr& value, SizeRelation rel);
+  // Guards `sum(factor * input size or int input) + offset REL 0` (with a modulus: `(...) %
+  // modulus REL remainder`) and notes it among the reads the log lists.
+  void guard_linear(std::vector<Guard::Term> sum, int64_t offset, SizeRelation rel, int64_t modulus,
+                    int64_t remainder);
   // A placeholder for a parameter or a module's buffer: sizes that change only when the model
   // does (torch.compile keeps them static), which a product of sizes may take as constants.
   bool is_module_state(Node* node) const;
