@@ -56,7 +56,9 @@ What is measured
      the compiler and CPU support: it builds and loads test libraries, about 8 s here, once per
      machine and cache directory, so a user pays it on the first compile ever); its time is
      shown apart and is not in the totals. A third column compiles framejit with dynamic=True:
-     one symbolic compile from the first call, the fewest compiles possible.
+     one symbolic compile from the first call, the fewest compiles possible. Each total is
+     split into the seconds inside the backend call (importing inductor's compile_fx, about
+     0.5 s on the first call, and running it) and outside it (the front end and the calls).
   6b. A decoding loop driven by an int position: one attention layer with a KV cache written
      and read at `start_pos` (Meta's reference Llama's forward(tokens, start_pos)), a prompt of
      8 tokens then 48 one-token steps (16 with --quick), under torch.no_grad(), in this process
@@ -1038,11 +1040,16 @@ def child_dynamic(compiler, case):
     call = call or (lambda fn, inputs: fn(*inputs))
     inputs = [make(DYNAMIC_BATCHES[i]) for i in DYNAMIC_ORDER]
     seen = []
+    inside = []  # seconds spent in the backend call: importing and running inductor's compile_fx
 
     def counting(gm, example_inputs):
+        begin = time.perf_counter()
         from torch._inductor.compile_fx import compile_fx
         seen.append(gm)
-        return compile_fx(gm, example_inputs)
+        try:
+            return compile_fx(gm, example_inputs)
+        finally:
+            inside.append(time.perf_counter() - begin)
     with torch.no_grad():
         expected = [call(target, x) for x in inputs]
         compiled = (framejit.compile(target, backend=counting, dynamic=True)
@@ -1052,7 +1059,7 @@ def child_dynamic(compiler, case):
         total = time.perf_counter() - start
     correct = all(same(o, e, rtol=1e-4, atol=1e-5) for o, e in zip(outs, expected))
     print(json.dumps({"total_s": total, "graphs": len(seen), "correct": correct,
-                      "probe_s": probe_s}))
+                      "probe_s": probe_s, "backend_s": sum(inside)}))
 
 
 def run_dynamic_section(args):
@@ -1060,7 +1067,8 @@ def run_dynamic_section(args):
     results = []
     for case in dynamic_cases(args.quick):
         print(f"  dynamic: {case} ...", flush=True)
-        row = {"case": case, "total_s": {}, "graphs": {}, "correct": {}, "probe_s": {}}
+        row = {"case": case, "total_s": {}, "graphs": {}, "correct": {}, "probe_s": {},
+               "backend_s": {}}
         for compiler in DYNAMIC_COMPILERS:
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache,
@@ -1072,8 +1080,9 @@ def run_dynamic_section(args):
                 out = json.loads(proc.stdout.strip().splitlines()[-1])
             except (ValueError, IndexError):
                 print(proc.stderr[-2000:], flush=True)
-                out = {"total_s": None, "graphs": None, "correct": False, "probe_s": None}
-            for key in ("total_s", "graphs", "correct", "probe_s"):
+                out = {"total_s": None, "graphs": None, "correct": False, "probe_s": None,
+                       "backend_s": None}
+            for key in ("total_s", "graphs", "correct", "probe_s", "backend_s"):
                 row[key][compiler] = out[key]
         results.append(row)
     return results
@@ -1089,6 +1098,7 @@ def dynamic_table(results):
                      for c in compilers] +
                     [fmt(ratio(r["total_s"][c], r["total_s"]["dynamo"]))
                      for c in compilers if c != "dynamo"] +
+                    [outside_backend(r, c) for c in compilers] +
                     [fmt(statistics.median(probes)) if probes else "—"])
     names = {"framejit": "framejit", "dynamo": "torch.compile",
              "framejit_dynamic": "framejit dynamic=True"}
@@ -1097,7 +1107,18 @@ def dynamic_table(results):
     return markdown_table(["case"] + [f"{names[c]} s" for c in compilers] +
                           [f"{names[c]} graphs / matches" for c in compilers] +
                           [f"{names[c]} / torch.compile" for c in compilers if c != "dynamo"] +
+                          [f"{names[c]}: s in inductor / s outside" for c in compilers] +
                           ["ISA probe s (not in the totals)"], rows)
+
+
+def outside_backend(row, compiler):
+    """Section 6: the seconds of a total spent inside the backend (importing and running
+    inductor's compile_fx) and outside it (the front end's tracing and guards, and the calls)."""
+    inside = (row.get("backend_s") or {}).get(compiler)
+    total = row["total_s"].get(compiler)
+    if inside is None or total is None:
+        return "—"
+    return f"{fmt(inside)} / {fmt(total - inside)}"
 
 
 class PositionDecoder(torch.nn.Module):
