@@ -534,6 +534,48 @@ std::optional<Flatten> flatten_of(const Node* node) {
   return Flatten{input, *start, *end};
 }
 
+// F.pad(input, pad) / torch.constant_pad_nd(input, pad): pad's pairs widen the last dims, the
+// last one first ((left, right, top, bottom) pads dims -1 and -2); the other dims are the
+// input's. `added` is a padded dim's two entries summed where both are constant ints.
+struct Padding {
+  Node* input = nullptr;
+  bool padded = false;
+  std::optional<int64_t> added;
+  std::vector<Node*> entries;  // the pair's entries that are graph numbers
+};
+
+std::optional<Padding> padding_of(Node* node, int dim) {
+  const std::string& text = node->target_text;
+  // torch's own (another namespace's op named pad need not keep the sizes).
+  static const std::set<std::string> kPads = {"torch.nn.functional.pad", "torch._C._nn.pad",
+                                              "torch.constant_pad_nd", "torch.ops.aten.pad.default",
+                                              "torch.ops.aten.constant_pad_nd.default"};
+  if (node->kind != NodeKind::kCallFunction || !kPads.count(text) || node->tuple_result) return std::nullopt;
+  Node* input = tensor_arg(arg_at(node, 0, "input"));
+  const Arg* pad = arg_at(node, 1, "pad");
+  std::vector<Arg> entries;
+  const int rank = rank_of(node);
+  if (!input || rank_of(input) != rank || dim >= rank || pad == nullptr || !sequence_items(*pad, entries) ||
+      entries.size() % 2 != 0 || static_cast<int>(entries.size() / 2) > rank) {
+    return std::nullopt;
+  }
+  Padding padding;
+  padding.input = input;
+  const int pair = rank - 1 - dim;  // which pair pads this dim
+  if (pair >= static_cast<int>(entries.size() / 2)) return padding;
+  padding.padded = true;
+  int64_t added = 0;
+  bool constant = true;
+  for (int k = 0; k < 2; ++k) {
+    const Arg& entry = entries[static_cast<size_t>(2 * pair + k)];
+    entry.for_each_node([&padding](Node* n) { padding.entries.push_back(n); });
+    std::optional<int64_t> value = const_int(&entry);
+    if (!value || __builtin_add_overflow(added, *value, &added)) constant = false;
+  }
+  if (constant) padding.added = added;
+  return padding;
+}
+
 // repeat_interleave(input, repeats, dim) / Tensor.repeat(*sizes): output dimension `dim` is
 // input dimension `in_dim` (-1: a new leading one) times the repeat count `times`.
 struct Repeat {
@@ -965,6 +1007,12 @@ std::optional<DimRule> dim_rule(Node* node, int dim) {
     return rule_of(How::kEqual, {{input, dim < *at ? dim : dim - 1}});
   }
   if (base_name_in(text, {"cat", "concat", "concatenate", "stack"})) return join_rule(node, dim);
+  if (std::optional<Padding> padding = padding_of(node, dim)) {
+    if (!padding->padded) return rule_of(How::kEqual, {{padding->input, dim}});
+    DimRule rule = rule_of(How::kDepends, {{padding->input, dim}});  // (ExactSizes::padded)
+    for (Node* n : padding->entries) rule.from.emplace_back(n, -1);
+    return rule;
+  }
   if (std::optional<std::vector<Arg>> shape = factory_shape(node)) {
     // torch.ones(B, T), x.new_zeros((B, T)): each size is its argument.
     if (static_cast<int>(shape->size()) != rank) return std::nullopt;
@@ -1220,6 +1268,7 @@ class Exact {
     if (!result && base_name_in(node->target_text, {"view", "reshape"})) result = view_rest(node, dim);
     if (!result) result = flattened(node, dim);
     if (!result) result = repeated(node, dim);
+    if (!result) result = padded(node, dim);
     if (result) return result;
     // A size that depends on no input size is the constant it has now.
     SizeDeps deps;
@@ -1327,6 +1376,18 @@ class Exact {
       return std::nullopt;
     }
     return product(std::move(factors));
+  }
+
+  // F.pad by constant ints: along a padded dimension the input's size plus the pair.
+  std::optional<LinearSize> padded(Node* node, int dim) {
+    std::optional<Padding> padding = padding_of(node, dim);
+    if (!padding || !padding->padded || !padding->added) return std::nullopt;
+    std::optional<LinearSize> in = size(padding->input, dim);
+    if (!in || __builtin_add_overflow(in->offset, *padding->added, &in->offset) ||
+        in->offset >= kLargestOffset || in->offset <= -kLargestOffset) {
+      return std::nullopt;
+    }
+    return in;
   }
 
   // flatten(start_dim, end_dim): along the merged dimension the product of the merged sizes.

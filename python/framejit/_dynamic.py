@@ -169,6 +169,9 @@ def _compile_with_fakes(backend, gm, example_inputs, dims, names):
 
     shape_env = ShapeEnv()
     mode = FakeTensorMode(shape_env=shape_env)
+    # The fake kernels' cache is keyed on sizes, here symbols of this ShapeEnv only: entries
+    # made for one graph are never met again, and making them was a third of the propagation.
+    mode.cache_enabled = False
     fakes, tensors, sources = [], [], []
     for i, (value, symbolic) in enumerate(zip(example_inputs, dims)):
         if type(value) is int and symbolic == [-1]:

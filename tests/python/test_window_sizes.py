@@ -236,3 +236,45 @@ def test_a_constant_on_the_left_of_a_product():
     # (3, 4): true on the box x >= 3, y >= 4, which (4, 4) is in; (2, 7): true on x >= 2, y >= 7;
     # (1, 3): false on x <= 2, y <= 4, which (2, 2) is in
     assert counter.frame_count == 3
+
+
+def padded_downsample(x, w):
+    # diffusers' Downsample2D (pad right and bottom by one, then a stride-2 convolution), its
+    # VAE's latent split in two along the channels, and the Upsample2D batch check on the half.
+    h = torch.nn.functional.pad(x, (0, 1, 0, 1), mode="constant", value=0)
+    h = torch.nn.functional.conv2d(h, w, stride=2)
+    mean, logvar = torch.chunk(h, 2, dim=1)
+    if mean.shape[0] >= 64:
+        mean = mean.contiguous()
+    if mean.shape[-1] > 4:  # floor((n + 1 - 3) / 2) + 1 > 4: n >= 10
+        return mean * torch.exp(0.5 * logvar)
+    return mean - logvar
+
+
+def test_a_padded_size_is_the_input_size_plus_the_padding(caplog):
+    # The batch through F.pad, a convolution and chunk is the input's: compared, it is a range
+    # of it (it was pinned: AutoencoderKL compiled again for every batch size). A padded width
+    # is the input's plus the pair, then a convolution's atom over it.
+    framejit.set_logs("guards", handler=False)
+    caplog.set_level(logging.INFO, logger="framejit")
+    w = torch.randn(8, 3, 3, 3)
+    shapes = [(2, 16), (3, 16), (5, 12), (1, 9), (4, 8), (2, 7), (6, 5), (2, 30)]
+    counter = run(padded_downsample, [(torch.randn(b, 3, n, n), w) for b, n in shapes])
+    assert counter.frame_count == 2  # n >= 10, and n < 10
+    assert "L['x'].size(0) < 64" in caplog.text
+    assert "L['x'].size(3) >= 10: a comparison of a size a convolution" in caplog.text
+    assert "L['x'].size(0): a size used" not in caplog.text
+
+
+def padded_by_a_size(x):
+    h = torch.nn.functional.pad(x, (0, x.shape[-1] // 2))  # a pad that is a size expression
+    if h.shape[-1] > 12:
+        return h * 2
+    return h - 1
+
+
+def test_a_pad_made_of_sizes_is_not_taken_as_a_constant():
+    # Not exact (only constant pads are): the compared size stays pinned, one graph per width,
+    # each right.
+    counter = run(padded_by_a_size, [(torch.randn(2, n),) for n in (6, 8, 9, 10, 6)])
+    assert counter.frame_count == 4
