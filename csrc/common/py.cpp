@@ -38,6 +38,10 @@ std::string str_text(PyObject* str) {
   return data;
 }
 
+bool is_numpy_scalar(PyObject* obj) {
+  return std::strncmp(Py_TYPE(obj)->tp_name, "numpy.", 6) == 0 && is_numpy_instance(obj, "generic");
+}
+
 bool is_numpy_instance(PyObject* obj, const char* type_name) {
   PyObject* name = PyUnicode_FromString("numpy");  // New
   PyObject* numpy = name == nullptr ? nullptr : PyImport_GetModule(name);  // New or NULL

@@ -30,6 +30,10 @@ std::string str_text(PyObject* str);
 // was never imported (then nothing is a NumPy object). Never throws. Borrowed: obj.
 bool is_numpy_instance(PyObject* obj, const char* type_name);
 
+// A NumPy scalar (np.float32(2.0), np.prod(shape) as np.int64): a value like a number, guarded
+// and traced as the constant it is. Borrowed: obj.
+bool is_numpy_scalar(PyObject* obj);
+
 // A tuple of class `type` holding `items` (a tuple; stolen): a namedtuple through its _make, a
 // structseq or torch.Size from the one iterable they take, a plain tuple as it is. New
 // reference, or null with an error set.

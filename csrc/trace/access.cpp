@@ -209,6 +209,28 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
       break;
     }
     case VKind::kObject: {
+      if (base->is(ObjRole::kSuper)) {
+        // (first: its obj is the class super() was called in, which must not be read as such;
+        // a class of torch's own is a stable namespace below)
+        py::tuple resolved = PyRefs::get().support.attr("resolve_super_attribute")(
+            base->obj, type_of(base->bound_self),
+            py::bool_(!base->bound_self->is(ObjRole::kNewObject) &&
+                      PyType_Check(base->bound_self->obj.ptr())),
+            name);
+        // super().method: the parent's function, bound to the traced self.
+        const auto kind = resolved[0].cast<AttrKind>();
+        if (kind == AttrKind::kObjectGetattribute) {  // inside a class's own __getattribute__
+          ValuePtr lookup = Value::object(py::reinterpret_borrow<py::object>(
+              reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
+          lookup->role = ObjRole::kGenericGetattr;
+          lookup->bound_self = base->bound_self;
+          return lookup;
+        }
+        if (kind == AttrKind::kMissing) {
+          FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
+        }
+        return bind_class_attribute(kind, resolved[1], base->bound_self);
+      }
       if (base->is(ObjRole::kNewObject)) return new_object_read(base, name, how);
       if (base->is(ObjRole::kPartial)) return partial_attr(base, name);
       if (base->is(ObjRole::kDictView)) {
@@ -238,26 +260,6 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         return value;
       }
       if (PyModule_Check(obj)) break;
-      if (base->is(ObjRole::kSuper)) {
-        py::tuple resolved = PyRefs::get().support.attr("resolve_super_attribute")(
-            base->obj, type_of(base->bound_self),
-            py::bool_(!base->bound_self->is(ObjRole::kNewObject) &&
-                      PyType_Check(base->bound_self->obj.ptr())),
-            name);
-        // super().method: the parent's function, bound to the traced self.
-        const auto kind = resolved[0].cast<AttrKind>();
-        if (kind == AttrKind::kObjectGetattribute) {  // inside a class's own __getattribute__
-          ValuePtr lookup = Value::object(py::reinterpret_borrow<py::object>(
-              reinterpret_cast<PyObject*>(&PyBaseObject_Type)).attr("__getattribute__"));
-          lookup->role = ObjRole::kGenericGetattr;
-          lookup->bound_self = base->bound_self;
-          return lookup;
-        }
-        if (kind == AttrKind::kMissing) {
-          FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
-        }
-        return bind_class_attribute(kind, resolved[1], base->bound_self);
-      }
       if (how != AttrLookup::kGeneric && !base->is_special_object() && !base->bound_self &&
           !PyType_Check(obj)) {
         // A class with its own __getattribute__ (transformers' configs remap names through

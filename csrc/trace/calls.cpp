@@ -120,13 +120,6 @@ bool holds_real_tensor(py::handle value, int depth = 0) {
   return false;
 }
 
-// A NumPy scalar (np.prod(shape) is an np.int64): a constant of the trace as it is, its type
-// kept (it is no int), the Python number it holds where it reaches a torch call (arg_of).
-bool is_numpy_scalar(py::handle value) {
-  return std::strncmp(Py_TYPE(value.ptr())->tp_name, "numpy.", 6) == 0 &&
-         is_numpy_instance(value.ptr(), "generic");
-}
-
 ValuePtr constant_result(py::object result, const std::string& what) {
   if (PyFloat_Check(result.ptr()) && !PyFloat_CheckExact(result.ptr()) &&
       std::string(Py_TYPE(result.ptr())->tp_name) == "numpy.float64") {
@@ -144,7 +137,9 @@ ValuePtr constant_result(py::object result, const std::string& what) {
                                              : Value::tuple(std::move(items));
     }
   }
-  if (!is_python_constant(result) && !is_numpy_scalar(result)) {
+  // (a NumPy scalar: a constant as it is, its type kept, the number it holds where it reaches a
+  // torch call: arg_of)
+  if (!is_python_constant(result) && !is_numpy_scalar(result.ptr())) {
     FJ_UNSUPPORTED(kUnsupportedCall, "{} returned {}, which is not traced yet", what,
                    Py_TYPE(result.ptr())->tp_name);
   }

@@ -143,7 +143,7 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
   const bool by_reference = is_tensor(obj) || !(is_constant_type(obj) || PyTuple_CheckExact(obj) || namedtuple ||
                                                 PyList_CheckExact(obj) || is_identity_object(obj) ||
                                                 PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
-                                                PyCFunction_Check(obj));
+                                                PyCFunction_Check(obj) || is_numpy_scalar(obj));
   if (by_reference) {
     auto seen = slot_of_object_.find(obj);
     if (seen != slot_of_object_.end()) {
@@ -189,7 +189,9 @@ ValuePtr EntryState::wrap(int slot, py::handle real) {
     value->int_input = PyLong_CheckExact(obj) &&
                        (!is_mid_frame_number(slot) ||
                         (numbers_ != nullptr && (ints_from_start_ || (varying_ints_ && number_varies(slot, obj)))));
-  } else if (is_constant_type(obj)) {
+  } else if (is_constant_type(obj) || is_numpy_scalar(obj)) {
+    // (a NumPy scalar too: guarded by its type and value, as the constant it is; by type alone a
+    // graph that holds it would keep the first one's value)
     if (obj == Py_None || obj == Py_Ellipsis) {
       guards_.add_id(slot, obj);
     } else {

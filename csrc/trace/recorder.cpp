@@ -313,8 +313,9 @@ py::object GraphRecorder::run_meta(const MetaCall& call, py::object& explicit_de
       } catch (const py::error_already_set& error) {
         if (error.matches(PyExc_KeyboardInterrupt)) throw;
         // A factory meta tensors cannot make (one reading a Python buffer): made for real
-        // (it has no tensor inputs), its metadata and device traced from what it made.
-        result = call.fn(*py::tuple(meta_args), **meta_kwargs);
+        // (it has no tensor inputs), its metadata and device traced from what it made. The graph
+        // runs it again: random numbers it draws here are given back (a distribution's sample).
+        result = refs.support.attr("call_keeping_rng")(call.fn, py::tuple(meta_args), meta_kwargs);
         if (is_tensor(result.ptr())) {
           explicit_device = result.attr("device");
           PyObject* meta = meta_like(result.ptr());  // New

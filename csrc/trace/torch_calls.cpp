@@ -372,6 +372,39 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   if (!is_method && std::strcmp(Py_TYPE(fn_in.ptr())->tp_name, "CustomOpDef") == 0) {
     custom_op = py::getattr(fn_in, "_opoverload", py::none());
   }
+  // torch's Python called on an instance of a Python class (a torch.distributions object's
+  // sample(), log_prob()): the graph would hold that object as a constant, which it cannot print
+  // (a GraphModule's code), and the call would run for real here for its metadata. It ends the
+  // region instead, and runs in Python.
+  if (!is_method && PyFunction_Check(fn_in.ptr())) {
+    std::function<bool(const ValuePtr&)> holds_instance = [&](const ValuePtr& v) {
+      if (v->kind == VKind::kObject && v->role == ObjRole::kPlain && !v->bound_self) {
+        PyTypeObject* type = Py_TYPE(v->obj.ptr());
+        if (PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) && type->tp_dictoffset != 0 &&
+            !is_identity_object(v->obj.ptr()) &&
+            PyObject_IsInstance(v->obj.ptr(), refs.module_type.ptr()) == 0 &&
+            !is_numpy_instance(v->obj.ptr(), "ndarray")) {
+          return true;
+        }
+      }
+      if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+        return std::any_of(v->items.begin(), v->items.end(), holds_instance);
+      }
+      return false;
+    };
+    for (const auto& arg : args) {
+      if (holds_instance(arg)) {
+        FJ_UNSUPPORTED(kUnsupportedCall, "{} called on {}, an object the graph cannot hold",
+                       safe_repr(fn_in), arg->describe());
+      }
+    }
+    for (const auto& kw : kwargs) {
+      if (holds_instance(kw.second)) {
+        FJ_UNSUPPORTED(kUnsupportedCall, "{} called with {}={}, an object the graph cannot hold",
+                       safe_repr(fn_in), kw.first, kw.second->describe());
+      }
+    }
+  }
   py::object fn_bound;  // fn with the functions the trace made bound in (see below)
   const bool made_functions = !is_method && std::any_of(args.begin(), args.end(), [](const ValuePtr& a) {
     return a->is(ObjRole::kMadeFunction);
@@ -521,6 +554,18 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   }
   py::object device = GraphRecorder::infer_device(explicit_device, args, kwargs);
 
+  // An object the graph holds as a constant (a torch.distributions object whose method is the
+  // op, a Generator): the graph would use this one on every call, so the one read at the entry
+  // must be this one. (Its type alone was guarded: a new Categorical of other probabilities ran
+  // the old one's sample.)
+  std::function<void(const ValuePtr&)> guard_held = [&](const ValuePtr& v) {
+    if (v->kind == VKind::kObject && v->source >= 0) entry_.guard_id(v->source, v->obj.ptr());
+    if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+      for (const auto& item : v->items) guard_held(item);
+    }
+  };
+  for (const auto& arg : args) guard_held(arg);
+  for (const auto& kw : kwargs) guard_held(kw.second);
   std::vector<Arg> node_args;
   for (const auto& arg : args) node_args.push_back(arg_of(arg));
   Kwargs node_kwargs;
@@ -662,7 +707,7 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
   PyRefs& refs = PyRefs::get();
   static const char* kMetaConstants[] = {"shape", "dtype", "ndim", "requires_grad", "layout",
                                          "is_sparse", "is_quantized", "is_mkldnn", "itemsize",
-                                         "nbytes", "is_nested"};
+                                         "nbytes", "is_nested", "is_sparse_csr"};
   for (const char* constant : kMetaConstants) {
     if (name != constant) continue;
     if (name == "shape") return sizes().tensor_shape(tensor, "Tensor.shape");
@@ -685,6 +730,13 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
   if (name == "is_cuda") return Value::constant(py::bool_(is_device_type(device, "cuda")));
   if (name == "is_cpu") return Value::constant(py::bool_(is_device_type(device, "cpu")));
   if (name == "is_meta") return Value::constant(py::bool_(is_device_type(device, "meta")));
+  // The other device flags (dcgan checks `input.is_xpu` / `is_mps`): from the traced device.
+  static const std::pair<const char*, const char*> kDeviceFlags[] = {
+      {"is_xpu", "xpu"}, {"is_mps", "mps"}, {"is_ipu", "ipu"}, {"is_xla", "xla"},
+      {"is_mtia", "mtia"}, {"is_maia", "maia"}, {"is_vulkan", "vulkan"}};
+  for (const auto& [flag, type] : kDeviceFlags) {
+    if (name == flag) return Value::constant(py::bool_(is_device_type(device, type)));
+  }
   if (name == "T" || name == "mT" || name == "H" || name == "mH" || name == "real" ||
       name == "imag") {
     py::object getattr_fn = py::module_::import("builtins").attr("getattr");

@@ -180,7 +180,28 @@ _LIBRARY_PREPARERS = {"einops": _prepare_einops}
 _prepared = set()
 
 
+# Optimizers whose step() is not traced, as torch.compile leaves them (it wraps them in
+# torch._dynamo.disable once it is first used): LBFGS re-evaluates the closure in a loop of
+# data-dependent line searches, SparseAdam needs sparse gradients meta tensors lack. Their steps
+# run as plain Python (wrapped once, at the first framejit.compile).
+UNTRACED_OPTIMIZER_STEPS = ("LBFGS", "SparseAdam")
+
+
+def _leave_optimizer_steps_untraced() -> None:
+    for name in UNTRACED_OPTIMIZER_STEPS:
+        cls = getattr(torch.optim, name, None)
+        step = None if cls is None else vars(cls).get("step")
+        if step is None or getattr(step, "_framejit_untraced", False):
+            continue
+        wrapped = _C.make_disabled(step)
+        wrapped._framejit_untraced = True
+        cls.step = wrapped
+
+
 def prepare_libraries() -> None:
+    if "torch" not in _prepared:
+        _prepared.add("torch")
+        _leave_optimizer_steps_untraced()
     for name, prepare in _LIBRARY_PREPARERS.items():
         module = sys.modules.get(name)
         if module is None or name in _prepared:

@@ -206,6 +206,20 @@ def _null_contexts():
 _NULL_CONTEXTS = _null_contexts()
 
 
+def call_keeping_rng(fn, args, kwargs):
+    """fn(*args, **kwargs) run at trace time for the metadata of what it makes, with the random
+    number generators' states put back afterwards: the graph makes it again when it runs, and
+    eager draws only once."""
+    cpu = torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        torch.set_rng_state(cpu)
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
 def bound_exit(manager):
     """The __exit__ a `with` on `manager` holds (BEFORE_WITH's lookup), for a region that ends
     inside the block."""

@@ -863,6 +863,22 @@ def ex_generator_manager(x):
     return y
 
 
+@example("x * 2 if not x.is_xpu else x")
+def ex_device_flag(x):
+    return x * 2 if not x.is_xpu else x
+
+
+@example("x * s` with `s = np.float32(0.5)", make=lambda: (torch.randn(4, 4), __import__("numpy").float32(0.5)))
+def ex_numpy_scalar_argument(x, s):
+    return x * s
+
+
+@example("Categorical(probs).sample()", make=lambda: (torch.tensor([0.2, 0.8]),))
+def ex_distribution_sample(probs):
+    from torch.distributions import Categorical
+    return Categorical(probs).sample()
+
+
 @example("with scaled_here() as k:")
 def ex_generator_manager_made_here(x):
     @contextlib.contextmanager
@@ -1430,7 +1446,8 @@ def fields(value):
 # Examples whose result depends on state their own call changes (a running buffer).
 UNREPEATABLE = {"self.running.mul_(0.9)", "for t in it",  # (the iterator is used up)
                 "p.grad = None", "opt.step()",  # (the first call cleared the grad, stepped)
-                "nonlocal count; count += 1"}  # (a counter in a closure)
+                "nonlocal count; count += 1",  # (a counter in a closure)
+                "Categorical(probs).sample()"}  # (a random draw)
 
 
 def test_every_example_row_is_covered():

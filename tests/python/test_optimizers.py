@@ -377,3 +377,34 @@ def same_tree(a, b):
     if isinstance(a, (list, tuple)):
         return len(a) == len(b) and all(same_tree(x, y) for x, y in zip(a, b))
     return torch.allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def lbfgs_training(model, opt, x, y):
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        return loss
+    return opt.step(closure)
+
+
+def test_lbfgs_and_sparse_adam_steps_run_as_plain_python_as_under_torch_compile():
+    # LBFGS re-evaluates the closure in data-dependent line searches (traced, 48 graphs for
+    # pytorch/examples' time_sequence_prediction); torch.compile leaves its step untraced, and so
+    # does framejit: the same parameters as eager, and no graph for the step.
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    twin = collections.OrderedDict((k, v.clone()) for k, v in model.state_dict().items())
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    eager_model = torch.nn.Linear(4, 1)
+    eager_model.load_state_dict(twin)
+    eager_opt = torch.optim.LBFGS(eager_model.parameters(), lr=0.5, max_iter=5)
+    opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=5)
+    counter = CompileCounter()
+    compiled = framejit.compile(lbfgs_training, backend=counter)
+    for _ in range(3):
+        assert torch.allclose(compiled(model, opt, x, y), lbfgs_training(eager_model, eager_opt, x, y))
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        assert torch.allclose(p, q)
+    assert counter.frame_count == 0
+    assert getattr(torch.optim.SparseAdam.step, "_framejit_untraced", False)
