@@ -93,6 +93,16 @@ bool same_constant(PyObject* value, PyObject* expected) {
     return std::memcmp(&a.real, &b.real, sizeof(double)) == 0 &&
            std::memcmp(&a.imag, &b.imag, sizeof(double)) == 0;
   }
+  if (is_numpy_scalar(value)) {
+    // Its bytes (the types are equal): -0.0 is not 0.0, and a NaN is the NaN it was.
+    PyObject* a = PyObject_CallMethod(value, "tobytes", nullptr);     // New
+    PyObject* b = a ? PyObject_CallMethod(expected, "tobytes", nullptr) : nullptr;  // New
+    const int same = b ? PyObject_RichCompareBool(a, b, Py_EQ) : -1;
+    Py_XDECREF(a);
+    Py_XDECREF(b);
+    if (same < 0) PyErr_Clear();
+    return same == 1;
+  }
   const int eq = PyObject_RichCompareBool(value, expected, Py_EQ);
   if (eq < 0) PyErr_Clear();
   return eq == 1;

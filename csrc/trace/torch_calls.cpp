@@ -559,6 +559,13 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   // must be this one. (Its type alone was guarded: a new Categorical of other probabilities ran
   // the old one's sample.)
   std::function<void(const ValuePtr&)> guard_held = [&](const ValuePtr& v) {
+    if (v->kind == VKind::kObject && v->source >= 0 &&
+        PyObject_IsInstance(v->obj.ptr(), refs.torch.attr("Generator").ptr()) == 1) {
+      // A generator passed in is often made anew by each call (diffusers' `generator=
+      // torch.Generator().manual_seed(s)`): guarded by identity, each call would compile again.
+      // The call runs in Python with it instead.
+      FJ_UNSUPPORTED(kUnsupportedCall, "{} with a torch.Generator passed in", target_text);
+    }
     if (v->kind == VKind::kObject && v->source >= 0) entry_.guard_id(v->source, v->obj.ptr());
     if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
       for (const auto& item : v->items) guard_held(item);

@@ -194,6 +194,10 @@ def _leave_optimizer_steps_untraced() -> None:
         if step is None or getattr(step, "_framejit_untraced", False):
             continue
         wrapped = _C.make_disabled(step)
+        # (its attributes too: Optimizer marks a step it wrapped for hooks `hooked`, and wraps
+        # one without the mark again, running the hooks twice)
+        for key, value in getattr(step, "__dict__", {}).items():
+            setattr(wrapped, key, value)
         wrapped._framejit_untraced = True
         cls.step = wrapped
 

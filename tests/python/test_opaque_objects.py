@@ -117,3 +117,37 @@ def test_device_flags_are_answered_from_the_traced_device():
     x = torch.ones(3)
     assert same(compiled(x), device_flags(x))
     assert counter.frame_count == 1
+
+
+def divided(x, s):
+    return x / s
+
+
+def test_numpy_scalars_are_guarded_by_their_bytes():
+    # np.float32(-0.0) == np.float32(0.0): guarded by ==, the graph made for -0.0 gave -inf for
+    # 0.0; a NaN never equal to itself compiled again on every call.
+    compiled, counter = compiled_with_counter(divided)
+    x = torch.ones(3)
+    for s in [np.float32(-0.0), np.float32(0.0), np.float64(-0.0), np.float32("nan"),
+              np.float32("nan"), np.float32(0.0)]:
+        out, expected = compiled(x, s), divided(x, s)
+        assert torch.equal(out.isnan(), expected.isnan()) and torch.equal(
+            out.nan_to_num(), expected.nan_to_num()), s
+    assert counter.frame_count == 4  # -0.0 and 0.0 as float32, -0.0 as float64, one NaN
+
+
+def noisy(x, g):
+    return x + torch.randn(x.shape, generator=g)
+
+
+def test_a_generator_made_by_each_call_runs_its_draw_in_python():
+    # diffusers' `generator=torch.Generator().manual_seed(s)` per call: guarded by identity, each
+    # call compiled again up to recompile_limit; held by the graph, the first one's stream went on.
+    compiled, counter = compiled_with_counter(noisy)
+    x = torch.zeros(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", framejit.FramejitWarning)
+        for i in range(12):
+            expected = noisy(x, torch.Generator().manual_seed(i))
+            assert same(compiled(x, torch.Generator().manual_seed(i)), expected), i
+    assert counter.frame_count <= 1

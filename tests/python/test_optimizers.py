@@ -408,3 +408,36 @@ def test_lbfgs_and_sparse_adam_steps_run_as_plain_python_as_under_torch_compile(
         assert torch.allclose(p, q)
     assert counter.frame_count == 0
     assert getattr(torch.optim.SparseAdam.step, "_framejit_untraced", False)
+
+
+LBFGS_BEFORE_THE_FIRST_COMPILE = """
+import torch, framejit
+w = torch.nn.Parameter(torch.ones(2))
+torch.optim.LBFGS([w])  # wraps LBFGS.step for hooks, marked `hooked`
+framejit.compile(lambda x: x + 1, backend="eager")(torch.ones(1))  # framejit wraps it again
+opt = torch.optim.LBFGS([w], max_iter=1)
+calls = []
+opt.register_step_pre_hook(lambda *a: calls.append("pre"))
+opt.register_step_post_hook(lambda *a: calls.append("post"))
+
+def closure():
+    opt.zero_grad()
+    loss = (w * w).sum()
+    loss.backward()
+    return loss
+
+opt.step(closure)
+print(calls)
+"""
+
+
+def test_step_hooks_run_once_when_an_lbfgs_was_made_before_the_first_compile():
+    # The mark Optimizer leaves on a step it wrapped for hooks (`hooked`) must stay on framejit's
+    # wrapper, or the next LBFGS wraps it once more and its hooks run twice. (In a process of its
+    # own: the order of the first LBFGS and the first compile matters.)
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", LBFGS_BEFORE_THE_FIRST_COMPILE], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "['pre', 'post']"
