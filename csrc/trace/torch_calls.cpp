@@ -573,6 +573,28 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   };
   for (const auto& arg : args) guard_held(arg);
   for (const auto& kw : kwargs) guard_held(kw.second);
+  // A NumPy scalar in a call that infers a dtype from its values (torch.tensor([s]),
+  // torch.full(shape, s)): the graph gets the Python number it holds (numpy_free), whose dtype
+  // torch infers otherwise (np.float64 data makes a float64 tensor; a float a float32 one).
+  static const char* const kInfersDtype[] = {"torch.tensor", "torch.as_tensor", "torch.asarray",
+                                             "torch.full", "torch.full_like", "torch.scalar_tensor",
+                                             "new_tensor", "new_full", "fill_", "fill"};
+  std::function<bool(const ValuePtr&)> holds_numpy_scalar = [&](const ValuePtr& v) {
+    if (v->is_const() && is_numpy_scalar(v->obj.ptr())) return true;
+    if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+      return std::any_of(v->items.begin(), v->items.end(), holds_numpy_scalar);
+    }
+    return false;
+  };
+  for (const char* name : kInfersDtype) {
+    if (target_text != name && !(is_method && method == name)) continue;
+    const bool numpy_scalar = std::any_of(args.begin(), args.end(), holds_numpy_scalar) ||
+                              std::any_of(kwargs.begin(), kwargs.end(),
+                                          [&](const auto& kw) { return holds_numpy_scalar(kw.second); });
+    if (numpy_scalar) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{} of a NumPy scalar (its dtype is inferred from it)", target_text);
+    }
+  }
   std::vector<Arg> node_args;
   for (const auto& arg : args) node_args.push_back(arg_of(arg));
   Kwargs node_kwargs;

@@ -151,3 +151,19 @@ def test_a_generator_made_by_each_call_runs_its_draw_in_python():
             expected = noisy(x, torch.Generator().manual_seed(i))
             assert same(compiled(x, torch.Generator().manual_seed(i)), expected), i
     assert counter.frame_count <= 1
+
+
+def tensor_of(x, s):
+    return torch.tensor([s, s]), torch.full((2,), s), x.new_tensor([s]), torch.as_tensor((s,))
+
+
+@pytest.mark.parametrize("s", [np.float64(1.5), np.float16(1.5), np.uint8(200), np.bool_(True),
+                               np.int8(3)], ids=repr)
+def test_a_numpy_scalar_given_to_a_factory_keeps_the_dtype_torch_infers_from_it(s):
+    # The graph got the Python number it holds, from which torch infers another dtype
+    # (torch.tensor([np.float64(1.5)]) is float64, of 1.5 float32; torch.full of np.bool_ is
+    # float, of True bool). Such a call now runs in Python.
+    compiled, _ = compiled_with_counter(tensor_of)
+    x = torch.ones(3)
+    for out, expected in zip(compiled(x, s), tensor_of(x, s)):
+        assert out.dtype == expected.dtype and torch.equal(out, expected)
