@@ -229,6 +229,7 @@ ValuePtr Tracer::attr(const ValuePtr& base, const std::string& name, AttrLookup 
         if (kind == AttrKind::kMissing) {
           FJ_UNSUPPORTED(kUnsupportedValue, "super().{} is not a method or property", name);
         }
+        guard_super_attribute(base, name);
         return bind_class_attribute(kind, resolved[1], base->bound_self);
       }
       if (base->is(ObjRole::kNewObject)) return new_object_read(base, name, how);
@@ -667,6 +668,40 @@ ValuePtr Tracer::missing_attribute_raise(const ValuePtr& base, const std::string
   read->bound_self = base;
   read->method = name;
   return read;
+}
+
+void Tracer::guard_super_attribute(const ValuePtr& proxy, const std::string& name) {
+  // super().name is the first class after this one in type(self)'s MRO whose own dict has the
+  // name: that class, read by source as an item of type(self).__mro__ (the tuple guarded item by
+  // item), keeps it (a method replaced on the parent after the compile compiles again).
+  const ValuePtr& self = proxy->bound_self;
+  if (self->source < 0) return;  // made in the trace: its class was read where it was made
+  ValuePtr cls = entry_.load(entry_.sources().attr(self->source, "__class__"));
+  if (!cls || cls->source < 0 || !PyType_Check(cls->obj.ptr())) return;
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(cls->obj.ptr())->tp_mro;  // Borrowed
+  if (mro == nullptr || !PyTuple_Check(mro)) return;
+  py::str key(name);
+  bool after = false;
+  for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(mro); ++k) {
+    PyObject* klass = PyTuple_GET_ITEM(mro, k);
+    if (!after) {
+      after = klass == proxy->obj.ptr();
+      continue;
+    }
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(klass)->tp_dict;
+    if (dict == nullptr || PyDict_GetItemWithError(dict, key.ptr()) == nullptr) {
+      PyErr_Clear();
+      continue;
+    }
+    ValuePtr order = entry_.load(entry_.sources().attr(cls->source, "__mro__"));
+    ValuePtr owner = order && order->source >= 0
+                         ? entry_.load(entry_.sources().item(order->source, py::int_(k)))
+                         : nullptr;
+    if (owner && owner->source >= 0 && owner->obj.ptr() == klass) {
+      entry_.guard_class_attribute_is(owner->source, reinterpret_cast<PyTypeObject*>(klass), key.ptr());
+    }
+    return;
+  }
 }
 
 void Tracer::guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,

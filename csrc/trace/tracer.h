@@ -256,6 +256,8 @@ class Tracer {
   // A guard that looking `name` up on the class of `base` (or on `base`, a class) finds
   // something iff `present` (with `same_object`: finds what it finds now, a method replaced on
   // the class fails it).
+  // Guards what super().name resolved to: see access.cpp.
+  void guard_super_attribute(const ValuePtr& proxy, const std::string& name);
   void guard_class_attribute(const ValuePtr& base, const std::string& name, bool present,
                              bool same_object = false);
   // Whether `value`, read by source, answers `name` (keys, items, __iter__, __contains__, ...) as

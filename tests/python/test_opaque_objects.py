@@ -167,3 +167,32 @@ def test_a_numpy_scalar_given_to_a_factory_keeps_the_dtype_torch_infers_from_it(
     x = torch.ones(3)
     for out, expected in zip(compiled(x, s), tensor_of(x, s)):
         assert out.dtype == expected.dtype and torch.equal(out, expected)
+
+
+class Parent:
+    def scale(self, x):
+        return x + 1
+
+
+class Child(Parent):
+    def scale(self, x):
+        return super().scale(x) * 2
+
+
+def calls_super(obj, x):
+    return obj.scale(x)
+
+
+def test_a_method_replaced_on_the_parent_after_the_compile_is_seen_through_super():
+    # super().scale was resolved at trace time with no guard on Parent's attribute: assigning
+    # Parent.scale afterwards left the compiled call running the old one.
+    compiled, counter = compiled_with_counter(calls_super)
+    child, x = Child(), torch.ones(2)
+    original = Parent.scale
+    try:
+        assert same(compiled(child, x), calls_super(child, x))
+        Parent.scale = lambda self, x: x - 100
+        assert same(compiled(child, x), calls_super(child, x))
+        assert counter.frame_count == 2
+    finally:
+        Parent.scale = original
