@@ -329,6 +329,28 @@ bool tensors_or_none(py::handle sequence) {
 }
 
 
+// The first argument value of a call (positional, then keyword; inside tuples, lists and dicts)
+// for which `found` is true, or nullptr.
+template <typename Found>
+const Value* find_argument(const std::vector<ValuePtr>& args, const KwValues& kwargs, const Found& found) {
+  std::function<const Value*(const ValuePtr&)> visit = [&](const ValuePtr& v) -> const Value* {
+    if (found(*v)) return v.get();
+    if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
+      for (const auto& item : v->items) {
+        if (const Value* hit = visit(item)) return hit;
+      }
+    }
+    return nullptr;
+  };
+  for (const auto& arg : args) {
+    if (const Value* hit = visit(arg)) return hit;
+  }
+  for (const auto& kw : kwargs) {
+    if (const Value* hit = visit(kw.second)) return hit;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 bool base_name_in(const std::string& text, std::initializer_list<const char*> names) {
@@ -377,32 +399,17 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   // (a GraphModule's code), and the call would run for real here for its metadata. It ends the
   // region instead, and runs in Python.
   if (!is_method && PyFunction_Check(fn_in.ptr())) {
-    std::function<bool(const ValuePtr&)> holds_instance = [&](const ValuePtr& v) {
-      if (v->kind == VKind::kObject && v->role == ObjRole::kPlain && !v->bound_self) {
-        PyTypeObject* type = Py_TYPE(v->obj.ptr());
-        if (PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) && type->tp_dictoffset != 0 &&
-            !is_identity_object(v->obj.ptr()) &&
-            PyObject_IsInstance(v->obj.ptr(), refs.module_type.ptr()) == 0 &&
-            !is_numpy_instance(v->obj.ptr(), "ndarray")) {
-          return true;
-        }
-      }
-      if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
-        return std::any_of(v->items.begin(), v->items.end(), holds_instance);
-      }
-      return false;
-    };
-    for (const auto& arg : args) {
-      if (holds_instance(arg)) {
-        FJ_UNSUPPORTED(kUnsupportedCall, "{} called on {}, an object the graph cannot hold",
-                       safe_repr(fn_in), arg->describe());
-      }
-    }
-    for (const auto& kw : kwargs) {
-      if (holds_instance(kw.second)) {
-        FJ_UNSUPPORTED(kUnsupportedCall, "{} called with {}={}, an object the graph cannot hold",
-                       safe_repr(fn_in), kw.first, kw.second->describe());
-      }
+    const Value* instance = find_argument(args, kwargs, [&](const Value& v) {
+      if (v.kind != VKind::kObject || v.role != ObjRole::kPlain || v.bound_self) return false;
+      PyTypeObject* type = Py_TYPE(v.obj.ptr());
+      return PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE) && type->tp_dictoffset != 0 &&
+             !is_identity_object(v.obj.ptr()) &&
+             PyObject_IsInstance(v.obj.ptr(), refs.module_type.ptr()) == 0 &&
+             !is_numpy_instance(v.obj.ptr(), "ndarray");
+    });
+    if (instance != nullptr) {
+      FJ_UNSUPPORTED(kUnsupportedCall, "{} called with {}, an object the graph cannot hold",
+                     safe_repr(fn_in), instance->describe());
     }
   }
   py::object fn_bound;  // fn with the functions the trace made bound in (see below)
@@ -554,47 +561,35 @@ ValuePtr Tracer::record_call(NodeKind kind, py::handle fn_in, const std::string&
   }
   py::object device = GraphRecorder::infer_device(explicit_device, args, kwargs);
 
-  // An object the graph holds as a constant (a torch.distributions object whose method is the
-  // op, a Generator): the graph would use this one on every call, so the one read at the entry
-  // must be this one. (Its type alone was guarded: a new Categorical of other probabilities ran
-  // the old one's sample.)
-  std::function<void(const ValuePtr&)> guard_held = [&](const ValuePtr& v) {
-    if (v->kind == VKind::kObject && v->source >= 0 &&
-        PyObject_IsInstance(v->obj.ptr(), refs.torch.attr("Generator").ptr()) == 1) {
-      // A generator passed in is often made anew by each call (diffusers' `generator=
-      // torch.Generator().manual_seed(s)`): guarded by identity, each call would compile again.
-      // The call runs in Python with it instead.
-      FJ_UNSUPPORTED(kUnsupportedCall, "{} with a torch.Generator passed in", target_text);
-    }
-    if (v->kind == VKind::kObject && v->source >= 0) entry_.guard_id(v->source, v->obj.ptr());
-    if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
-      for (const auto& item : v->items) guard_held(item);
-    }
-  };
-  for (const auto& arg : args) guard_held(arg);
-  for (const auto& kw : kwargs) guard_held(kw.second);
+  // A generator passed in is often made anew by each call (diffusers' `generator=
+  // torch.Generator().manual_seed(s)`): guarded by identity, each call would compile again. The
+  // call runs in Python with it instead.
+  py::object generator_type = refs.torch.attr("Generator");
+  if (find_argument(args, kwargs, [&](const Value& v) {
+        return v.kind == VKind::kObject && v.source >= 0 &&
+               PyObject_IsInstance(v.obj.ptr(), generator_type.ptr()) == 1;
+      })) {
+    FJ_UNSUPPORTED(kUnsupportedCall, "{} with a torch.Generator passed in", target_text);
+  }
   // A NumPy scalar in a call that infers a dtype from its values (torch.tensor([s]),
   // torch.full(shape, s)): the graph gets the Python number it holds (numpy_free), whose dtype
   // torch infers otherwise (np.float64 data makes a float64 tensor; a float a float32 one).
   static const char* const kInfersDtype[] = {"torch.tensor", "torch.as_tensor", "torch.asarray",
                                              "torch.full", "torch.full_like", "torch.scalar_tensor",
                                              "new_tensor", "new_full", "fill_", "fill"};
-  std::function<bool(const ValuePtr&)> holds_numpy_scalar = [&](const ValuePtr& v) {
-    if (v->is_const() && is_numpy_scalar(v->obj.ptr())) return true;
-    if (v->kind == VKind::kTuple || v->kind == VKind::kList || v->kind == VKind::kDict) {
-      return std::any_of(v->items.begin(), v->items.end(), holds_numpy_scalar);
-    }
-    return false;
-  };
   for (const char* name : kInfersDtype) {
     if (target_text != name && !(is_method && method == name)) continue;
-    const bool numpy_scalar = std::any_of(args.begin(), args.end(), holds_numpy_scalar) ||
-                              std::any_of(kwargs.begin(), kwargs.end(),
-                                          [&](const auto& kw) { return holds_numpy_scalar(kw.second); });
-    if (numpy_scalar) {
+    if (find_argument(args, kwargs, [](const Value& v) { return v.is_const() && is_numpy_scalar(v.obj.ptr()); })) {
       FJ_UNSUPPORTED(kUnsupportedCall, "{} of a NumPy scalar (its dtype is inferred from it)", target_text);
     }
   }
+  // An object the graph holds as a constant (an ndarray given to torch.from_numpy, a bound
+  // method given to an allow_in_graph function): the graph would use this one on every call, so
+  // the one read at the entry must be this one (by type alone, a new one ran the old one).
+  find_argument(args, kwargs, [&](const Value& v) {
+    if (v.kind == VKind::kObject && v.source >= 0) entry_.guard_id(v.source, v.obj.ptr());
+    return false;  // (every one)
+  });
   std::vector<Arg> node_args;
   for (const auto& arg : args) node_args.push_back(arg_of(arg));
   Kwargs node_kwargs;
@@ -756,11 +751,9 @@ ValuePtr Tracer::tensor_attr(const ValuePtr& tensor, const std::string& name) {
   }
   const std::string device = py::str(tensor->device).cast<std::string>();
   if (name == "device") return Value::constant(tensor->device);
-  if (name == "is_cuda") return Value::constant(py::bool_(is_device_type(device, "cuda")));
-  if (name == "is_cpu") return Value::constant(py::bool_(is_device_type(device, "cpu")));
-  if (name == "is_meta") return Value::constant(py::bool_(is_device_type(device, "meta")));
-  // The other device flags (dcgan checks `input.is_xpu` / `is_mps`): from the traced device.
+  // Device flags (dcgan checks `input.is_cuda`, `is_xpu`): from the traced device.
   static const std::pair<const char*, const char*> kDeviceFlags[] = {
+      {"is_cuda", "cuda"}, {"is_cpu", "cpu"}, {"is_meta", "meta"},
       {"is_xpu", "xpu"}, {"is_mps", "mps"}, {"is_ipu", "ipu"}, {"is_xla", "xla"},
       {"is_mtia", "mtia"}, {"is_maia", "maia"}, {"is_vulkan", "vulkan"}};
   for (const auto& [flag, type] : kDeviceFlags) {

@@ -8,6 +8,7 @@ never. A few third-party packages
 that are C libraries behind thin Python wrappers, tooling or tracing machinery are leaves too
 (SKIPPED_PACKAGES). Users change the policy with framejit.skip_files / framejit.trace_files; the
 longest matching prefix decides."""
+import functools
 import os
 import site
 import sys
@@ -193,11 +194,9 @@ def _leave_optimizer_steps_untraced() -> None:
         step = None if cls is None else vars(cls).get("step")
         if step is None or getattr(step, "_framejit_untraced", False):
             continue
-        wrapped = _C.make_disabled(step)
-        # (its attributes too: Optimizer marks a step it wrapped for hooks `hooked`, and wraps
-        # one without the mark again, running the hooks twice)
-        for key, value in getattr(step, "__dict__", {}).items():
-            setattr(wrapped, key, value)
+        # (as framejit.disable wraps: its attributes too, among them the `hooked` mark Optimizer
+        # leaves on a step it wrapped for hooks, without which it wraps it again)
+        wrapped = functools.update_wrapper(_C.make_disabled(step), step)
         wrapped._framejit_untraced = True
         cls.step = wrapped
 
